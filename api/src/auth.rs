@@ -1,0 +1,135 @@
+//! Bearer-key authentication as an extractor, and scope checks.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::{FromRequest, HttpRequest, web};
+use chrono::Utc;
+use unigen_shared::db::queries;
+use unigen_shared::domain::{Scope, hash_key, looks_like_key};
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// The caller, authenticated by `Authorization: Bearer sk_...`.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub key_id: Uuid,
+    pub org_id: Uuid,
+    pub scopes: Vec<Scope>,
+}
+
+impl Caller {
+    pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        if self.scopes.contains(&scope) {
+            Ok(())
+        } else {
+            Err(ApiError::MissingScope(scope.as_str()))
+        }
+    }
+
+    /// Passes with any one of `scopes`; the error names the first.
+    pub fn require_any(&self, scopes: &[Scope]) -> Result<(), ApiError> {
+        if scopes.iter().any(|s| self.scopes.contains(s)) {
+            Ok(())
+        } else {
+            Err(ApiError::MissingScope(scopes[0].as_str()))
+        }
+    }
+}
+
+fn bearer_token(req: &HttpRequest) -> Option<&str> {
+    let value = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+impl FromRequest for Caller {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let token = bearer_token(req).map(str::to_owned);
+        let state = req.app_data::<web::Data<AppState>>().cloned();
+        Box::pin(async move {
+            let state =
+                state.ok_or_else(|| ApiError::internal(anyhow::anyhow!("state missing")))?;
+            let token = token
+                .filter(|t| looks_like_key(t))
+                .ok_or(ApiError::InvalidKey)?;
+            let hash = hash_key(&token);
+            let mut conn = state
+                .pool
+                .get()
+                .await
+                .map_err(unigen_shared::db::DbError::from)?;
+            let row = queries::keys::find_for_auth(&mut conn, &hash)
+                .await?
+                .ok_or(ApiError::InvalidKey)?;
+            if row.revoked_at.is_some() {
+                return Err(ApiError::InvalidKey);
+            }
+            if row.expires_at.is_some_and(|at| at <= Utc::now()) {
+                return Err(ApiError::KeyExpired);
+            }
+            if row.org_status != "active" {
+                return Err(ApiError::OrgSuspended);
+            }
+            // Unknown names (a scope removed in a later version) grant nothing.
+            let scopes = row.scopes.iter().filter_map(|s| s.parse().ok()).collect();
+            Ok(Caller {
+                key_id: row.key_id,
+                org_id: row.org_id,
+                scopes,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::test::TestRequest;
+
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_case_insensitively_and_other_schemes_ignored() {
+        let req = TestRequest::default()
+            .insert_header(("Authorization", "Bearer sk_abc"))
+            .to_http_request();
+        assert_eq!(bearer_token(&req), Some("sk_abc"));
+        let req = TestRequest::default()
+            .insert_header(("Authorization", "bearer  sk_abc "))
+            .to_http_request();
+        assert_eq!(bearer_token(&req), Some("sk_abc"));
+        let req = TestRequest::default()
+            .insert_header(("Authorization", "Basic dXNlcg=="))
+            .to_http_request();
+        assert_eq!(bearer_token(&req), None);
+        assert_eq!(
+            bearer_token(&TestRequest::default().to_http_request()),
+            None
+        );
+    }
+
+    #[test]
+    fn scope_checks_name_the_missing_scope() {
+        let caller = Caller {
+            key_id: Uuid::nil(),
+            org_id: Uuid::nil(),
+            scopes: vec![Scope::Usage],
+        };
+        assert!(caller.require_any(&[Scope::Jobs, Scope::Usage]).is_ok());
+        let err = caller.require(Scope::Image).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "API key does not have required scope: image"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! `unigen-api` command line: serve (default), migrate, and operator commands
+//! for organizations and API keys. Admin commands print JSON.
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, NaiveDate, Utc};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use unigen_shared::config::Settings;
+use unigen_shared::db::models::{NewApiKey, NewOrganization};
+use unigen_shared::db::{self, queries};
+use unigen_shared::domain::{ApiKeyMaterial, Scope};
+use uuid::Uuid;
+
+#[derive(Parser)]
+#[command(
+    name = "unigen-api",
+    version,
+    about = "unigen HTTP API and operator commands"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (the default).
+    Serve {
+        /// Apply pending migrations before serving.
+        #[arg(long)]
+        migrate: bool,
+    },
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Operator commands.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Organizations.
+    Org {
+        #[command(subcommand)]
+        command: OrgCommand,
+    },
+    /// API keys.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum OrgCommand {
+    /// Create an organization.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        email: Option<String>,
+        /// free, pro, business, cli_pro or cli_team.
+        #[arg(long, default_value = "pro")]
+        plan: String,
+    },
+    /// List organizations.
+    List,
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create a key; its value is printed once and cannot be shown again.
+    Create {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        name: String,
+        /// Comma-separated scopes, or `all`.
+        #[arg(long, default_value = "all")]
+        scopes: String,
+        /// Expiry: RFC 3339 time or YYYY-MM-DD (midnight UTC).
+        #[arg(long)]
+        expires: Option<String>,
+    },
+    /// List an organization's keys (never their values).
+    List {
+        #[arg(long)]
+        org: Uuid,
+    },
+    /// Revoke a key, immediately and permanently.
+    Revoke {
+        #[arg(long)]
+        id: Uuid,
+    },
+}
+
+/// Entry point of the binary.
+pub async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let settings = Settings::load().context("loading configuration")?;
+    match cli.command.unwrap_or(Command::Serve { migrate: false }) {
+        Command::Serve { migrate } => {
+            unigen_shared::telemetry::init("unigen-api");
+            if migrate {
+                migrate_now(&settings).await?;
+            }
+            let shutdown = CancellationToken::new();
+            tokio::spawn(shutdown_on_signal(shutdown.clone()));
+            crate::run(settings, shutdown).await
+        }
+        Command::Migrate => migrate_now(&settings).await,
+        Command::Admin { command } => admin(&settings, command).await,
+    }
+}
+
+async fn migrate_now(settings: &Settings) -> anyhow::Result<()> {
+    let applied = db::run_migrations(&settings.database.url).await?;
+    eprintln!(
+        "migrations applied: {}",
+        if applied.is_empty() {
+            "none pending".into()
+        } else {
+            applied.join(", ")
+        }
+    );
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C starts a graceful shutdown.
+pub async fn shutdown_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutdown requested");
+    shutdown.cancel();
+}
+
+async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()> {
+    use diesel_async::{AsyncConnection, AsyncPgConnection};
+    let mut conn = AsyncPgConnection::establish(&settings.database.url)
+        .await
+        .context("connecting to PostgreSQL")?;
+    let output = match command {
+        AdminCommand::Org {
+            command: OrgCommand::Create { name, email, plan },
+        } => {
+            if queries::orgs::find_plan(&mut conn, &plan).await?.is_none() {
+                let plans = queries::orgs::plan_codes(&mut conn).await?;
+                bail!("unknown plan `{plan}`; plans: {}", plans.join(", "));
+            }
+            let org = queries::orgs::create(
+                &mut conn,
+                &NewOrganization {
+                    id: Uuid::now_v7(),
+                    name: &name,
+                    email: email.as_deref(),
+                    plan_code: &plan,
+                },
+            )
+            .await?;
+            json!({ "id": org.id, "name": org.name, "email": org.email, "plan": org.plan_code, "created_at": org.created_at })
+        }
+        AdminCommand::Org {
+            command: OrgCommand::List,
+        } => {
+            let orgs = queries::orgs::list(&mut conn).await?;
+            json!(orgs.iter().map(|o| json!({ "id": o.id, "name": o.name, "plan": o.plan_code, "status": o.status })).collect::<Vec<_>>())
+        }
+        AdminCommand::Key {
+            command:
+                KeyCommand::Create {
+                    org,
+                    name,
+                    scopes,
+                    expires,
+                },
+        } => {
+            let scopes =
+                Scope::parse_list(&scopes).map_err(|e| anyhow::anyhow!("--scopes: {e}"))?;
+            let expires_at = expires.as_deref().map(parse_expiry).transpose()?;
+            if queries::orgs::find(&mut conn, org).await?.is_none() {
+                bail!("no organization with id {org}");
+            }
+            let material = ApiKeyMaterial::generate()?;
+            let key = queries::keys::insert(
+                &mut conn,
+                &NewApiKey {
+                    id: Uuid::now_v7(),
+                    org_id: org,
+                    name: &name,
+                    key_hash: &material.hash,
+                    key_prefix: &material.display_prefix,
+                    scopes: scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+                    expires_at,
+                },
+            )
+            .await?;
+            eprintln!("Store this key now: it is shown only once.");
+            json!({ "id": key.id, "org_id": key.org_id, "name": key.name, "key": material.plaintext,
+                    "scopes": key.scopes, "expires_at": key.expires_at })
+        }
+        AdminCommand::Key {
+            command: KeyCommand::List { org },
+        } => {
+            let keys = queries::keys::list_for_org(&mut conn, org).await?;
+            json!(keys.iter().map(|k| json!({ "id": k.id, "name": k.name, "prefix": k.key_prefix, "scopes": k.scopes,
+                "expires_at": k.expires_at, "revoked_at": k.revoked_at, "created_at": k.created_at })).collect::<Vec<_>>())
+        }
+        AdminCommand::Key {
+            command: KeyCommand::Revoke { id },
+        } => {
+            if !queries::keys::revoke(&mut conn, id, Utc::now()).await? {
+                bail!("no active key with id {id}");
+            }
+            json!({ "id": id, "revoked": true })
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&output)?);
+    Ok(())
+}
+
+/// RFC 3339, or a date meaning midnight UTC; must lie in the future.
+fn parse_expiry(raw: &str) -> anyhow::Result<DateTime<Utc>> {
+    let at = DateTime::parse_from_rfc3339(raw)
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|_| {
+            NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+                .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+        })
+        .map_err(|_| anyhow::anyhow!("--expires: `{raw}` is neither RFC 3339 nor YYYY-MM-DD"))?;
+    if at <= Utc::now() {
+        bail!("--expires: {at} is in the past");
+    }
+    Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_accepts_dates_and_rfc3339_in_the_future_only() {
+        assert_eq!(
+            parse_expiry("2999-01-02").unwrap().to_rfc3339(),
+            "2999-01-02T00:00:00+00:00"
+        );
+        assert!(parse_expiry("2999-01-02T03:04:05+02:00").is_ok());
+        assert!(parse_expiry("2001-01-01").is_err());
+        assert!(parse_expiry("tomorrow").is_err());
+    }
+}

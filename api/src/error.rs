@@ -1,0 +1,195 @@
+//! The API's one error type, rendered once as `{"error": {message, type, code}}`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use unigen_shared::db::DbError;
+use unigen_shared::jobs::{SubmitError, ValidationError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("invalid or missing API key")]
+    InvalidKey,
+    #[error("API key has expired")]
+    KeyExpired,
+    #[error("API key does not have required scope: {0}")]
+    MissingScope(&'static str),
+    #[error("organization is suspended")]
+    OrgSuspended,
+    #[error("{0}")]
+    Validation(#[from] ValidationError),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// A job in a terminal state cannot be cancelled.
+    #[error("{0}")]
+    JobFinished(String),
+    /// A sync request's job failed; the message is the job's reason.
+    #[error("{0}")]
+    GenerationFailed(String),
+    #[error("the job was cancelled before it finished")]
+    JobCancelled,
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+/// The code table: status, `type` and `code` of each error, in one place.
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::InvalidKey | ApiError::KeyExpired => (
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "unauthorized",
+            ),
+            ApiError::MissingScope(_) | ApiError::OrgSuspended => {
+                (StatusCode::FORBIDDEN, "permission_error", "forbidden")
+            }
+            ApiError::Validation(_) | ApiError::BadRequest(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_request",
+            ),
+            ApiError::JobFinished(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "job_finished",
+            ),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "not_found"),
+            ApiError::JobCancelled => (
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                "job_cancelled",
+            ),
+            ApiError::GenerationFailed(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "generation_failed",
+            ),
+            ApiError::Unavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "service_unavailable",
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "server_error",
+            ),
+        }
+    }
+
+    pub fn internal(err: impl Into<anyhow::Error>) -> Self {
+        ApiError::Internal(err.into())
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Human-readable; the spec's text where it gives one.
+    pub message: String,
+    /// Error class, e.g. `invalid_request_error`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Machine-readable code, e.g. `invalid_request`, `unauthorized`.
+    pub code: &'static str,
+    /// The request field at fault, for validation errors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub param: Option<&'static str>,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let (status, kind, code) = self.parts();
+        if let ApiError::Internal(err) = self {
+            // The cause goes to the log, never to the client.
+            tracing::error!(error = format!("{err:#}"), "request failed");
+        }
+        let param = match self {
+            ApiError::Validation(v) => Some(v.field),
+            _ => None,
+        };
+        HttpResponse::build(status).json(ErrorBody {
+            error: ErrorDetail {
+                message: self.to_string(),
+                kind,
+                code,
+                param,
+            },
+        })
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(err: DbError) -> Self {
+        match err {
+            DbError::Unavailable(e) => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::Unavailable("the database is unavailable; retry shortly".into())
+            }
+            DbError::Query(e) => ApiError::internal(e),
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(err: SubmitError) -> Self {
+        match err {
+            SubmitError::Db(e) => e.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::body::MessageBody;
+
+    use super::*;
+
+    fn body_of(err: ApiError) -> (u16, serde_json::Value) {
+        let response = err.error_response();
+        let status = response.status().as_u16();
+        let bytes = response.into_body().try_into_bytes().unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[test]
+    fn auth_failures_use_the_spec_messages() {
+        assert_eq!(
+            body_of(ApiError::InvalidKey).1["error"]["message"],
+            "invalid or missing API key"
+        );
+        assert_eq!(body_of(ApiError::KeyExpired).0, 401);
+        let (status, body) = body_of(ApiError::MissingScope("image"));
+        assert_eq!(status, 403);
+        assert_eq!(
+            body["error"]["message"],
+            "API key does not have required scope: image"
+        );
+        assert_eq!(body["error"]["code"], "forbidden");
+    }
+
+    #[test]
+    fn validation_errors_name_the_field_and_internal_errors_hide_the_cause() {
+        let (status, body) =
+            body_of(ValidationError::new("n", "n must be between 1 and 10").into());
+        assert_eq!(status, 400);
+        assert_eq!(body["error"]["param"], "n");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        let (status, body) = body_of(ApiError::internal(anyhow::anyhow!("password=hunter2")));
+        assert_eq!(status, 500);
+        assert_eq!(body["error"]["message"], "internal error");
+    }
+}

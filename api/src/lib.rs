@@ -1,0 +1,161 @@
+//! unigen's HTTP API: authentication, validation, job submission, sync waits,
+//! long polls, file serving, health, metrics and OpenAPI.
+
+mod auth;
+pub mod cli;
+mod error;
+mod metrics;
+mod openapi;
+mod routes;
+mod state;
+mod views;
+mod wait;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use anyhow::Context;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use unigen_shared::config::Settings;
+use unigen_shared::db;
+use unigen_shared::jobs::JobSubmitter;
+use unigen_shared::notify::{ListenerHub, Notifier};
+use unigen_shared::providers::Catalogue;
+use unigen_shared::queue::{Publisher, Topology};
+use unigen_shared::storage::{UrlSigner, build_store};
+use utoipa_swagger_ui::SwaggerUi;
+
+pub use openapi::document as openapi_document;
+
+use crate::error::ApiError;
+use crate::state::{AppState, Limits};
+
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A started API server.
+pub struct RunningApi {
+    pub addr: SocketAddr,
+    pub task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// Binds, starts the background tasks and serves until `shutdown` fires, then
+/// drains in-flight requests. Port 0 picks a free port (see `addr`).
+pub async fn spawn(
+    mut settings: Settings,
+    shutdown: CancellationToken,
+) -> anyhow::Result<RunningApi> {
+    let listener = TcpListener::bind((settings.http.host.as_str(), settings.http.port))
+        .with_context(|| format!("binding {}:{}", settings.http.host, settings.http.port))?;
+    let addr = listener.local_addr()?;
+    if settings.http.public_base_url.is_empty() {
+        settings.http.public_base_url = format!("http://{addr}");
+    }
+    let pool = db::build_pool(&settings.database).context("building the database pool")?;
+    let publisher = Arc::new(Publisher::new(
+        &settings.rabbitmq.url,
+        "unigen-api",
+        Topology::new(&settings.rabbitmq),
+        PUBLISH_TIMEOUT,
+    ));
+    if let Err(err) = publisher.ensure_connected().await {
+        // Jobs are still accepted; the scheduler's relay publishes them later.
+        tracing::warn!(error = %err, "RabbitMQ unavailable at start-up");
+    }
+    let (submitter, submitter_task) = JobSubmitter::new(pool.clone(), publisher.clone());
+    let (notifier, notifier_task) = Notifier::spawn(
+        pool.clone(),
+        settings.notify.channel.clone(),
+        Duration::from_millis(settings.notify.coalesce_ms),
+    );
+    let (hub, hub_task) = ListenerHub::spawn(
+        settings.database.url.clone(),
+        settings.notify.channel.clone(),
+        shutdown.clone(),
+    );
+    let metrics = Arc::new(metrics::Metrics::new()?);
+    let http_metrics = actix_web_prom::PrometheusMetricsBuilder::new("unigen_http")
+        .registry(metrics.registry.clone())
+        .mask_unmatched_patterns("UNMATCHED")
+        .build()
+        .map_err(|e| anyhow::anyhow!("building HTTP metrics: {e}"))?;
+    let state = AppState {
+        pool,
+        submitter,
+        publisher,
+        hub,
+        notifier,
+        catalogue: Arc::new(Catalogue::new(settings.models.clone())),
+        store: build_store(&settings.storage),
+        signer: UrlSigner::new(
+            &settings.storage.url_secret,
+            &settings.http.public_base_url,
+            Duration::from_secs(settings.storage.url_ttl_seconds),
+        ),
+        metrics,
+        limits: Limits::from_settings(&settings),
+    };
+    let openapi = openapi::document();
+    let max_body = settings.http.max_body_bytes;
+    let data = web::Data::new(state);
+    let server = HttpServer::new(move || {
+        use utoipa_actix_web::AppExt;
+        let (app, _) = App::new()
+            .wrap(http_metrics.clone())
+            .app_data(data.clone())
+            .app_data(web::PayloadConfig::new(max_body))
+            .app_data(web::QueryConfig::default().error_handler(|err, _| {
+                ApiError::BadRequest(format!("invalid query string: {err}")).into()
+            }))
+            .into_utoipa_app()
+            .service(utoipa_actix_web::scope("/api/v1").configure(routes::configure_v1))
+            .split_for_parts();
+        app.configure(routes::configure_root)
+            .service(SwaggerUi::new("/docs/{_:.*}").url("/api/openapi", openapi.clone()))
+            .route(
+                "/docs",
+                web::get().to(|| async {
+                    HttpResponse::PermanentRedirect()
+                        .insert_header(("Location", "/docs/"))
+                        .finish()
+                }),
+            )
+            .default_service(web::to(|| async {
+                actix_web::ResponseError::error_response(&ApiError::NotFound(
+                    "no such route".into(),
+                ))
+            }))
+    })
+    .workers(settings.http.workers.max(1))
+    .disable_signals()
+    .shutdown_timeout(settings.worker.grace_seconds);
+    let server = server.listen(listener)?.run();
+    let handle = server.handle();
+    tracing::info!(%addr, "API listening");
+    let task = tokio::spawn(async move {
+        let stopper = tokio::spawn(async move {
+            shutdown.cancelled().await;
+            // Graceful: stop accepting, let in-flight requests finish.
+            handle.stop(true).await;
+        });
+        let result = server.await.context("HTTP server failed");
+        stopper.abort();
+        hub_task.abort();
+        // The batchers flush what they hold and end once the server dropped
+        // the last sender; give them a moment to do so.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            let _ = notifier_task.await;
+            let _ = submitter_task.await;
+        })
+        .await;
+        result
+    });
+    Ok(RunningApi { addr, task })
+}
+
+/// Runs the API until `shutdown`.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    spawn(settings, shutdown).await?.task.await?
+}

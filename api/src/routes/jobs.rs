@@ -1,0 +1,157 @@
+use std::collections::HashMap;
+
+use actix_web::{HttpResponse, delete, get, web};
+use chrono::Utc;
+use unigen_shared::db::queries::jobs::{CancelOutcome, JobFilter};
+use unigen_shared::db::{DbError, queries};
+use unigen_shared::domain::{Scope, Tool};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::query_bool;
+use crate::state::AppState;
+use crate::views::{CancelResponse, JobList, JobView};
+use crate::wait;
+
+const JOB_SCOPES: [Scope; 2] = [Scope::Jobs, Scope::Usage];
+
+fn not_found(raw_id: &str) -> ApiError {
+    ApiError::NotFound(format!("job {raw_id} not found"))
+}
+
+/// Unparseable ids are unknown jobs, answered like any other unknown id.
+fn parse_job_id(raw: &str) -> Result<Uuid, ApiError> {
+    raw.parse().map_err(|_| not_found(raw))
+}
+
+/// List the organization's jobs, newest first.
+#[utoipa::path(
+    tag = "jobs",
+    params(
+        ("tool" = Option<String>, Query, description = "image, image_edit, video, music, tts or stt"),
+        ("pending" = Option<bool>, Query, description = "Only pending and processing jobs (default false)"),
+        ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
+    ),
+    responses(
+        (status = 200, body = JobList),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: jobs (or usage)", body = ErrorBody),
+    ),
+    security(("bearer" = ["jobs", "usage"]))
+)]
+#[get("/jobs")]
+pub async fn list_jobs(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_any(&JOB_SCOPES)?;
+    let tool = match query.get("tool") {
+        None => None,
+        Some(raw) => Some(
+            raw.parse::<Tool>()
+                .map_err(|e| ApiError::BadRequest(format!("tool: {e}")))?,
+        ),
+    };
+    let limit = match query.get("limit") {
+        None => 20,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "limit must be an integer from 1 to 100, got `{raw}`"
+                ))
+            })?,
+    };
+    let filter = JobFilter {
+        tool,
+        active_only: query_bool(&query, "pending", false)?,
+        limit,
+    };
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let jobs = queries::jobs::list_for_org(&mut conn, caller.org_id, filter).await?;
+    let now = Utc::now();
+    let jobs = jobs
+        .iter()
+        .map(|job| JobView::new(job, &state.signer, now))
+        .collect();
+    Ok(HttpResponse::Ok().json(JobList { jobs }))
+}
+
+/// Read a job; `poll=true` waits up to 30 s for it to finish.
+#[utoipa::path(
+    tag = "jobs",
+    params(
+        ("id" = String, Path, description = "Job id"),
+        ("poll" = Option<bool>, Query, description = "Wait up to 30 seconds for completion"),
+    ),
+    responses(
+        (status = 200, body = JobView),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, description = "Unknown or expired job (another organization's job included)", body = ErrorBody),
+    ),
+    security(("bearer" = ["jobs", "usage"]))
+)]
+#[get("/jobs/{id}")]
+pub async fn get_job(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    query: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_any(&JOB_SCOPES)?;
+    let id = parse_job_id(&path)?;
+    let poll = query_bool(&query, "poll", false)?;
+    let job = if poll {
+        wait::until_finished(&state, caller.org_id, id, state.limits.long_poll).await?
+    } else {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::jobs::find_for_org(&mut conn, caller.org_id, id)
+            .await?
+            .ok_or_else(|| not_found(&path))?
+    };
+    Ok(HttpResponse::Ok().json(JobView::new(&job, &state.signer, Utc::now())))
+}
+
+/// Cancel a pending or processing job; a cancelled job consumes nothing.
+#[utoipa::path(
+    tag = "jobs",
+    params(("id" = String, Path, description = "Job id")),
+    responses(
+        (status = 200, body = CancelResponse),
+        (status = 400, description = "The job already finished", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = ["jobs", "usage"]))
+)]
+#[delete("/jobs/{id}")]
+pub async fn cancel_job(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require_any(&JOB_SCOPES)?;
+    let id = parse_job_id(&path)?;
+    let outcome = {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::jobs::cancel(&mut conn, caller.org_id, id).await?
+    };
+    match outcome {
+        CancelOutcome::Cancelled => {
+            // Wakes waiters and the worker running it.
+            state.notifier.job_changed(id);
+            Ok(HttpResponse::Ok().json(CancelResponse { success: true }))
+        }
+        CancelOutcome::AlreadyFinished(status) => Err(ApiError::JobFinished(format!(
+            "job cannot be cancelled: it is already {status}"
+        ))),
+        CancelOutcome::NotFound => Err(not_found(&path)),
+    }
+}

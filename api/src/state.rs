@@ -1,0 +1,45 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use unigen_shared::config::Settings;
+use unigen_shared::db::PgPool;
+use unigen_shared::jobs::JobSubmitter;
+use unigen_shared::notify::{ListenerHub, Notifier};
+use unigen_shared::providers::Catalogue;
+use unigen_shared::queue::Publisher;
+use unigen_shared::storage::{FileStore, UrlSigner};
+
+use crate::metrics::Metrics;
+
+/// Everything handlers share; cheap to clone (all handles).
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub submitter: JobSubmitter,
+    pub publisher: Arc<Publisher>,
+    pub hub: ListenerHub,
+    pub notifier: Notifier,
+    pub catalogue: Arc<Catalogue>,
+    pub store: Arc<dyn FileStore>,
+    pub signer: UrlSigner,
+    pub metrics: Arc<Metrics>,
+    pub limits: Limits,
+}
+
+/// Wait limits from `[jobs]` and `[notify]`.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub sync_wait: Duration,
+    pub long_poll: Duration,
+    pub recheck: Duration,
+}
+
+impl Limits {
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            sync_wait: Duration::from_secs(settings.jobs.sync_wait_seconds),
+            long_poll: Duration::from_secs(settings.jobs.long_poll_seconds),
+            recheck: Duration::from_secs(settings.notify.recheck_seconds.max(1)),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Response shapes. Job rows keep file keys; URLs are signed here, when shown.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use unigen_shared::db::models::Job;
+use unigen_shared::storage::{UrlSigner, present_files};
+
+/// A job: the union of the spec's representation A (jobs API) and B (status
+/// schema), so clients written against either find their fields.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobView {
+    pub id: String,
+    pub org_id: String,
+    /// The API key that created the job (unigen has no separate users).
+    pub user_id: String,
+    #[schema(example = "image")]
+    pub tool: String,
+    #[schema(example = "completed")]
+    pub status: String,
+    #[schema(minimum = 0, maximum = 100)]
+    pub progress: i16,
+    #[schema(value_type = Object)]
+    pub input_params: Value,
+    #[schema(value_type = Option<Object>)]
+    pub output_data: Option<Value>,
+    pub estimated_credits: i64,
+    pub actual_credits: Option<i64>,
+    pub error_message: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub model: String,
+    pub model_tier: String,
+    /// Representation B: creation time, Unix seconds.
+    pub created: i64,
+    /// Representation B: completion time, Unix seconds.
+    pub completed: Option<i64>,
+    /// Representation B: what the job consumed, once finished.
+    #[schema(value_type = Option<Object>)]
+    pub usage: Option<Value>,
+}
+
+impl JobView {
+    pub fn new(job: &Job, signer: &UrlSigner, now: DateTime<Utc>) -> Self {
+        let finished = job.completed_at.is_some();
+        Self {
+            id: job.id.to_string(),
+            org_id: job.org_id.to_string(),
+            user_id: job.api_key_id.to_string(),
+            tool: job.tool.clone(),
+            status: job.status.clone(),
+            progress: job.progress,
+            input_params: job.input_params.clone(),
+            output_data: job
+                .output_data
+                .as_ref()
+                .map(|o| present_files(o, signer, now.timestamp())),
+            estimated_credits: job.estimated_credits,
+            actual_credits: job.actual_credits,
+            error_message: job.error_message.clone(),
+            created_at: job.created_at,
+            started_at: job.started_at,
+            completed_at: job.completed_at,
+            model: job.model.clone(),
+            model_tier: job.model_tier.clone(),
+            created: job.created_at.timestamp(),
+            completed: job.completed_at.map(|t| t.timestamp()),
+            usage: finished.then(|| job_usage(job)),
+        }
+    }
+}
+
+/// The usage object of a finished job; tool-specific counters where known.
+pub fn job_usage(job: &Job) -> Value {
+    let credits = job.actual_credits.unwrap_or(0);
+    let mut usage = json!({ "credits_used": credits, "credits_breakdown": { "base": credits } });
+    if job.tool == "image" && job.status == "completed" {
+        let images = job
+            .output_data
+            .as_ref()
+            .and_then(|o| o["images"].as_array())
+            .map_or(0, Vec::len);
+        usage["generations_used"] = json!(images);
+    }
+    usage
+}
+
+/// `?async=true` answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AsyncJobCreated {
+    pub id: String,
+    #[schema(example = "pending")]
+    pub status: String,
+    pub created: i64,
+    pub model: String,
+    pub estimated_credits: i64,
+}
+
+impl From<&Job> for AsyncJobCreated {
+    fn from(job: &Job) -> Self {
+        Self {
+            id: job.id.to_string(),
+            status: job.status.clone(),
+            created: job.created_at.timestamp(),
+            model: job.model.clone(),
+            estimated_credits: job.estimated_credits,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ImageData {
+    pub url: String,
+    pub revised_prompt: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Sync answer of `POST /images/generations`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ImageGenerationResponse {
+    pub created: i64,
+    pub data: Vec<ImageData>,
+    pub model: String,
+    pub model_tier: String,
+    #[schema(value_type = Object)]
+    pub usage: Value,
+}
+
+impl ImageGenerationResponse {
+    /// From a completed image job; `None` if its output is malformed.
+    pub fn from_job(job: &Job, signer: &UrlSigner, now: DateTime<Utc>) -> Option<Self> {
+        let prompt = job.input_params["prompt"].as_str().unwrap_or_default();
+        let output = present_files(job.output_data.as_ref()?, signer, now.timestamp());
+        let data = output["images"]
+            .as_array()?
+            .iter()
+            .map(|image| {
+                Some(ImageData {
+                    url: image["url"].as_str()?.to_owned(),
+                    revised_prompt: prompt.to_owned(),
+                    width: u32::try_from(image["width"].as_u64()?).ok()?,
+                    height: u32::try_from(image["height"].as_u64()?).ok()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            created: job.created_at.timestamp(),
+            data,
+            model: job.model.clone(),
+            model_tier: job.model_tier.clone(),
+            usage: job_usage(job),
+        })
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CancelResponse {
+    pub success: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn completed_job() -> Job {
+        let now = Utc::now();
+        Job {
+            id: Uuid::now_v7(),
+            org_id: Uuid::now_v7(),
+            api_key_id: Uuid::now_v7(),
+            tool: "image".into(),
+            status: "completed".into(),
+            progress: 100,
+            model: "local/procedural-v1".into(),
+            model_tier: "fast".into(),
+            input_params: json!({"prompt": "a cat", "n": 1}),
+            output_data: Some(
+                json!({"images": [{"file": "o/j/0.png", "width": 512, "height": 512}]}),
+            ),
+            estimated_credits: 1,
+            actual_credits: Some(1),
+            error_message: None,
+            attempt: 1,
+            enqueued_at: Some(now),
+            worker_id: Some("w".into()),
+            lease_expires_at: None,
+            created_at: now,
+            started_at: Some(now),
+            completed_at: Some(now),
+        }
+    }
+
+    #[test]
+    fn job_json_carries_both_representations_and_signed_urls() {
+        let signer = UrlSigner::new("s", "http://api", Duration::from_secs(60));
+        let job = completed_job();
+        let value = serde_json::to_value(JobView::new(&job, &signer, Utc::now())).unwrap();
+        for field in [
+            "id",
+            "orgId",
+            "userId",
+            "tool",
+            "status",
+            "progress",
+            "inputParams",
+            "outputData",
+            "estimatedCredits",
+            "actualCredits",
+            "errorMessage",
+            "createdAt",
+            "startedAt",
+            "completedAt",
+            "model",
+            "modelTier",
+            "created",
+            "completed",
+            "usage",
+        ] {
+            assert!(value.get(field).is_some(), "missing {field}");
+        }
+        assert_eq!(value["created"], job.created_at.timestamp());
+        let url = value["outputData"]["images"][0]["url"].as_str().unwrap();
+        assert!(url.starts_with("http://api/files/o/j/0.png?expires="));
+        assert!(value["outputData"]["images"][0].get("file").is_none());
+        assert_eq!(value["usage"]["generations_used"], 1);
+    }
+
+    #[test]
+    fn pending_jobs_have_null_results_and_no_usage() {
+        let signer = UrlSigner::new("s", "http://api", Duration::from_secs(60));
+        let mut job = completed_job();
+        job.status = "pending".into();
+        job.output_data = None;
+        job.actual_credits = None;
+        job.completed_at = None;
+        let value = serde_json::to_value(JobView::new(&job, &signer, Utc::now())).unwrap();
+        assert!(
+            value["outputData"].is_null()
+                && value["usage"].is_null()
+                && value["completed"].is_null()
+        );
+    }
+
+    #[test]
+    fn image_response_lists_each_image_with_the_prompt() {
+        let signer = UrlSigner::new("s", "http://api", Duration::from_secs(60));
+        let response =
+            ImageGenerationResponse::from_job(&completed_job(), &signer, Utc::now()).unwrap();
+        assert_eq!(response.data.len(), 1);
+        assert_eq!(
+            (
+                response.data[0].width,
+                response.data[0].revised_prompt.as_str()
+            ),
+            (512, "a cat")
+        );
+    }
+}

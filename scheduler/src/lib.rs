@@ -1,0 +1,75 @@
+//! unigen's scheduler: the outbox relay and lease rescue (later: webhook
+//! delivery, deadlines, retention, period rollover). Every task is safe to
+//! run in several scheduler processes at once.
+
+mod runner;
+mod tasks;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use unigen_shared::config::Settings;
+use unigen_shared::db;
+use unigen_shared::notify::Notifier;
+use unigen_shared::queue::{Publisher, Topology};
+
+pub use runner::{Activity, Task};
+
+/// Runs every task until `shutdown`; each finishes its current round first.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let pool = db::build_pool(&settings.database).context("building the database pool")?;
+    let publisher = Arc::new(Publisher::new(
+        &settings.rabbitmq.url,
+        "unigen-scheduler",
+        Topology::new(&settings.rabbitmq),
+        Duration::from_secs(5),
+    ));
+    let (notifier, notifier_task) = Notifier::spawn(
+        pool.clone(),
+        settings.notify.channel.clone(),
+        Duration::from_millis(settings.notify.coalesce_ms),
+    );
+    let tick = Duration::from_millis(settings.scheduler.tick_ms.max(10));
+    let tasks: Vec<Box<dyn Task>> = vec![
+        Box::new(tasks::relay::Relay::new(
+            pool.clone(),
+            publisher,
+            Duration::from_secs(settings.scheduler.relay_after_seconds),
+            settings.scheduler.relay_batch,
+        )),
+        Box::new(tasks::lease_rescue::LeaseRescue::new(
+            pool.clone(),
+            notifier,
+            settings.jobs.max_attempts,
+        )),
+    ];
+    tracing::info!(
+        tasks = tasks.len(),
+        tick_ms = tick.as_millis() as u64,
+        "scheduler started"
+    );
+    let handles: Vec<_> = tasks
+        .into_iter()
+        .map(|task| tokio::spawn(runner::run_task(task, tick, shutdown.clone())))
+        .collect();
+    for handle in handles {
+        let _ = handle.await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), notifier_task).await;
+    tracing::info!("scheduler stopped");
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C starts a graceful shutdown.
+pub async fn shutdown_on_signal(shutdown: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+    shutdown.cancel();
+}

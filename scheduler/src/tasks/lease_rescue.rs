@@ -1,0 +1,51 @@
+//! Lease rescue: a job whose worker died (no lease renewal) goes back to the
+//! queue, or fails after `jobs.max_attempts` claims.
+
+use futures_util::future::BoxFuture;
+use unigen_shared::db::{DbError, PgPool, queries};
+use unigen_shared::notify::Notifier;
+
+use crate::runner::{Activity, Task};
+
+const BATCH: i64 = 200;
+
+pub struct LeaseRescue {
+    pool: PgPool,
+    notifier: Notifier,
+    max_attempts: i32,
+}
+
+impl LeaseRescue {
+    pub fn new(pool: PgPool, notifier: Notifier, max_attempts: i32) -> Self {
+        Self {
+            pool,
+            notifier,
+            max_attempts,
+        }
+    }
+
+    async fn round(&self) -> anyhow::Result<Activity> {
+        let mut conn = self.pool.get().await.map_err(DbError::from)?;
+        let rescued =
+            queries::jobs::rescue_expired_leases(&mut conn, self.max_attempts, BATCH).await?;
+        for job in &rescued {
+            tracing::warn!(job.id = %job.id, attempt = job.attempt, status = %job.status, "lease expired; job rescued");
+            self.notifier.job_changed(job.id);
+        }
+        Ok(if rescued.len() as i64 == BATCH {
+            Activity::Busy
+        } else {
+            Activity::Idle
+        })
+    }
+}
+
+impl Task for LeaseRescue {
+    fn name(&self) -> &'static str {
+        "lease_rescue"
+    }
+
+    fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {
+        Box::pin(self.round())
+    }
+}

@@ -1,0 +1,2 @@
+pub mod lease_rescue;
+pub mod relay;

@@ -1,0 +1,214 @@
+//! Layered, typed settings: the embedded `config/default.toml`, then the file
+//! named by `UNIGEN_CONFIG` (if any), then `UNIGEN__<SECTION>__<KEY>` variables.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::domain::{ModelCategory, ModelTier};
+
+const DEFAULTS: &str = include_str!("../../../config/default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub database: DatabaseSettings,
+    pub rabbitmq: RabbitSettings,
+    pub http: HttpSettings,
+    pub storage: StorageSettings,
+    pub jobs: JobSettings,
+    pub notify: NotifySettings,
+    pub worker: WorkerSettings,
+    pub scheduler: SchedulerSettings,
+    pub local_provider: LocalProviderSettings,
+    pub models: Vec<ModelEntry>,
+}
+
+/// `[database]`: `url`, `pool_size`, `connect_timeout_ms`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DatabaseSettings {
+    pub url: String,
+    pub pool_size: usize,
+    pub connect_timeout_ms: u64,
+}
+
+/// `[rabbitmq]`: `url`, `prefix`, `queue_expires_ms` (tests only).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RabbitSettings {
+    pub url: String,
+    pub prefix: String,
+    pub queue_expires_ms: Option<u32>,
+}
+
+/// `[http]`: `host`, `port`, `public_base_url`, `workers`, `max_body_bytes`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpSettings {
+    pub host: String,
+    pub port: u16,
+    pub public_base_url: String,
+    pub workers: usize,
+    pub max_body_bytes: usize,
+}
+
+/// `[storage]`: `backend` (`local`), `dir`, `url_secret`, `url_ttl_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StorageSettings {
+    pub backend: String,
+    pub dir: PathBuf,
+    pub url_secret: String,
+    pub url_ttl_seconds: u64,
+}
+
+/// `[jobs]`: `sync_wait_seconds`, `long_poll_seconds`, `lease_seconds`, `max_attempts`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct JobSettings {
+    pub sync_wait_seconds: u64,
+    pub long_poll_seconds: u64,
+    pub lease_seconds: u64,
+    pub max_attempts: i32,
+}
+
+/// `[notify]`: `channel`, `coalesce_ms`, `recheck_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NotifySettings {
+    pub channel: String,
+    pub coalesce_ms: u64,
+    pub recheck_seconds: u64,
+}
+
+/// `[worker]`: `tools`, `concurrency` (per tool), `grace_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WorkerSettings {
+    pub tools: Vec<String>,
+    pub concurrency: usize,
+    pub grace_seconds: u64,
+}
+
+/// `[scheduler]`: `tick_ms`, `relay_after_seconds`, `relay_batch`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SchedulerSettings {
+    pub tick_ms: u64,
+    pub relay_after_seconds: u64,
+    pub relay_batch: i64,
+}
+
+/// `[local_provider]`: `latency_ms`, `failure_rate`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LocalProviderSettings {
+    pub latency_ms: u64,
+    pub failure_rate: f64,
+}
+
+/// One `[[models]]` entry of the catalogue.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelEntry {
+    pub id: String,
+    pub category: ModelCategory,
+    pub tier: ModelTier,
+    pub adapter: String,
+    pub owned_by: String,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Credits per unit of output (an image, a second, ...).
+    pub credits_per_unit: i64,
+    /// The model used when a request names none, per category.
+    #[serde(default)]
+    pub default: bool,
+}
+
+impl Settings {
+    /// Loads defaults, the optional `UNIGEN_CONFIG` file and the environment.
+    pub fn load() -> Result<Self, config::ConfigError> {
+        let file = std::env::var("UNIGEN_CONFIG").ok();
+        Self::load_with(file.as_deref(), &[])
+    }
+
+    /// Like [`Settings::load`] with an explicit file and programmatic
+    /// overrides applied last (used by tests and the CLI).
+    pub fn load_with(
+        file: Option<&str>,
+        overrides: &[(&str, config::Value)],
+    ) -> Result<Self, config::ConfigError> {
+        let mut builder = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        if let Some(path) = file {
+            builder = builder.add_source(config::File::with_name(path));
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("UNIGEN")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("worker.tools"),
+        );
+        for (key, value) in overrides {
+            builder = builder.set_override(*key, value.clone())?;
+        }
+        let settings: Settings = builder.build()?.try_deserialize()?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), config::ConfigError> {
+        let bad = |msg: String| Err(config::ConfigError::Message(msg));
+        if !(0.0..=1.0).contains(&self.local_provider.failure_rate) {
+            return bad("local_provider.failure_rate must be between 0.0 and 1.0".into());
+        }
+        if self.worker.concurrency == 0 {
+            return bad("worker.concurrency must be at least 1".into());
+        }
+        if self.jobs.max_attempts < 1 {
+            return bad("jobs.max_attempts must be at least 1".into());
+        }
+        crate::notify::validate_channel(&self.notify.channel)
+            .map_err(config::ConfigError::Message)?;
+        if self.storage.backend != "local" {
+            return bad(format!(
+                "storage.backend `{}` is not supported (supported: local)",
+                self.storage.backend
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for model in &self.models {
+            if !model.id.contains('/') {
+                return bad(format!("model id `{}` must be <vendor>/<model>", model.id));
+            }
+            if !crate::providers::ADAPTERS.contains(&model.adapter.as_str()) {
+                return bad(format!(
+                    "model `{}` uses adapter `{}`; available adapters: {}",
+                    model.id,
+                    model.adapter,
+                    crate::providers::ADAPTERS.join(", ")
+                ));
+            }
+            if !seen.insert(model.id.as_str()) {
+                return bad(format!("model id `{}` is listed twice", model.id));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_load_and_overrides_apply() {
+        let settings = Settings::load_with(
+            None,
+            &[("http.port", 9123.into()), ("worker.concurrency", 7.into())],
+        )
+        .unwrap();
+        assert_eq!(settings.http.port, 9123);
+        assert_eq!(settings.worker.concurrency, 7);
+        assert!(settings.models.iter().any(|m| m.default));
+    }
+
+    #[test]
+    fn invalid_failure_rate_is_rejected() {
+        let err =
+            Settings::load_with(None, &[("local_provider.failure_rate", 1.5.into())]).unwrap_err();
+        assert!(err.to_string().contains("failure_rate"));
+    }
+}

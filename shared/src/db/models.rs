@@ -1,0 +1,128 @@
+//! Row types: `Queryable` structs mirror `schema.rs`; `New*` are insert forms.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use uuid::Uuid;
+
+use super::schema::{api_keys, jobs, organizations, plans};
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = plans)]
+pub struct Plan {
+    pub code: String,
+    pub name: String,
+    pub included_credits: i64,
+    pub overage_rate_micros: Option<i64>,
+    pub rate_limit_per_minute: i32,
+    pub concurrent_requests: i32,
+    pub chat_tokens: Option<i64>,
+    pub image_generations: Option<i64>,
+    pub video_seconds: Option<i64>,
+    pub stt_seconds: Option<i64>,
+    pub tts_chars: Option<i64>,
+    pub image_edits: Option<i64>,
+    pub music_tracks: Option<i64>,
+    pub agent_runs: Option<i64>,
+    pub max_agents: i32,
+    pub tools_per_agent: i32,
+    pub max_iterations: i32,
+    pub knowledge_files_per_agent: i32,
+    pub max_file_size_mb: i32,
+    pub max_webhooks: i32,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = organizations)]
+pub struct Organization {
+    pub id: Uuid,
+    pub name: String,
+    pub email: Option<String>,
+    pub plan_code: String,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = organizations)]
+pub struct NewOrganization<'a> {
+    pub id: Uuid,
+    pub name: &'a str,
+    pub email: Option<&'a str>,
+    pub plan_code: &'a str,
+}
+
+/// An API key as listed to operators (no hash).
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = api_keys)]
+pub struct ApiKey {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub name: String,
+    pub key_prefix: String,
+    pub scopes: Vec<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = api_keys)]
+pub struct NewApiKey<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub name: &'a str,
+    pub key_hash: &'a [u8],
+    pub key_prefix: &'a str,
+    pub scopes: Vec<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// What authentication needs about a key and its organization, in one row.
+#[derive(Debug, Clone, Queryable)]
+pub struct KeyAuthRow {
+    pub key_id: Uuid,
+    pub org_id: Uuid,
+    pub scopes: Vec<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub org_status: String,
+    pub plan_code: String,
+}
+
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
+#[diesel(table_name = jobs)]
+pub struct Job {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub api_key_id: Uuid,
+    pub tool: String,
+    pub status: String,
+    pub progress: i16,
+    pub model: String,
+    pub model_tier: String,
+    pub input_params: serde_json::Value,
+    pub output_data: Option<serde_json::Value>,
+    pub estimated_credits: i64,
+    pub actual_credits: Option<i64>,
+    pub error_message: Option<String>,
+    pub attempt: i32,
+    pub enqueued_at: Option<DateTime<Utc>>,
+    pub worker_id: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = jobs)]
+pub struct NewJob<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub api_key_id: Uuid,
+    pub tool: &'a str,
+    pub model: &'a str,
+    pub model_tier: &'a str,
+    pub input_params: &'a serde_json::Value,
+    pub estimated_credits: i64,
+}

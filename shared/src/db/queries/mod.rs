@@ -1,0 +1,5 @@
+//! All SQL, one module per aggregate.
+
+pub mod jobs;
+pub mod keys;
+pub mod orgs;

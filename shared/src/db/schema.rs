@@ -1,0 +1,82 @@
+// Mirrors migrations/. Kept by hand: diesel_cli needs libpq, which we do not ship.
+
+diesel::table! {
+    plans (code) {
+        code -> Text,
+        name -> Text,
+        included_credits -> Int8,
+        overage_rate_micros -> Nullable<Int8>,
+        rate_limit_per_minute -> Int4,
+        concurrent_requests -> Int4,
+        chat_tokens -> Nullable<Int8>,
+        image_generations -> Nullable<Int8>,
+        video_seconds -> Nullable<Int8>,
+        stt_seconds -> Nullable<Int8>,
+        tts_chars -> Nullable<Int8>,
+        image_edits -> Nullable<Int8>,
+        music_tracks -> Nullable<Int8>,
+        agent_runs -> Nullable<Int8>,
+        max_agents -> Int4,
+        tools_per_agent -> Int4,
+        max_iterations -> Int4,
+        knowledge_files_per_agent -> Int4,
+        max_file_size_mb -> Int4,
+        max_webhooks -> Int4,
+    }
+}
+
+diesel::table! {
+    organizations (id) {
+        id -> Uuid,
+        name -> Text,
+        email -> Nullable<Text>,
+        plan_code -> Text,
+        status -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    api_keys (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        name -> Text,
+        key_hash -> Bytea,
+        key_prefix -> Text,
+        scopes -> Array<Text>,
+        expires_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    jobs (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        api_key_id -> Uuid,
+        tool -> Text,
+        status -> Text,
+        progress -> Int2,
+        model -> Text,
+        model_tier -> Text,
+        input_params -> Jsonb,
+        output_data -> Nullable<Jsonb>,
+        estimated_credits -> Int8,
+        actual_credits -> Nullable<Int8>,
+        error_message -> Nullable<Text>,
+        attempt -> Int4,
+        enqueued_at -> Nullable<Timestamptz>,
+        worker_id -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+        started_at -> Nullable<Timestamptz>,
+        completed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::joinable!(organizations -> plans (plan_code));
+diesel::joinable!(api_keys -> organizations (org_id));
+diesel::joinable!(jobs -> organizations (org_id));
+diesel::joinable!(jobs -> api_keys (api_key_id));
+diesel::allow_tables_to_appear_in_same_query!(plans, organizations, api_keys, jobs);

@@ -1,0 +1,13 @@
+//! Code shared by the unigen binaries (api, worker, scheduler): domain types,
+//! database access, queue topology, notifications, storage, providers, config.
+
+pub mod batch;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod jobs;
+pub mod notify;
+pub mod providers;
+pub mod queue;
+pub mod storage;
+pub mod telemetry;

@@ -1,0 +1,94 @@
+//! Model catalogue and provider adapters. `local` is built in and offline.
+
+pub mod local;
+
+use crate::config::ModelEntry;
+use crate::domain::ModelCategory;
+use crate::jobs::ValidationError;
+
+/// Adapters this build can drive.
+pub const ADAPTERS: [&str; 1] = ["local"];
+
+/// How a provider call failed: transient failures may be retried, permanent
+/// ones fail the job with the provider's reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider temporarily unavailable: {0}")]
+    Transient(String),
+    #[error("{0}")]
+    Permanent(String),
+}
+
+/// The configured models, by id and category.
+#[derive(Debug, Clone)]
+pub struct Catalogue {
+    models: Vec<ModelEntry>,
+}
+
+impl Catalogue {
+    pub fn new(models: Vec<ModelEntry>) -> Self {
+        Self { models }
+    }
+
+    pub fn all(&self) -> &[ModelEntry] {
+        &self.models
+    }
+
+    pub fn get(&self, id: &str) -> Option<&ModelEntry> {
+        self.models.iter().find(|m| m.id == id)
+    }
+
+    /// The requested model, or the category's default. An unknown id, or a
+    /// model of another category, is a 400 naming the `model` field.
+    pub fn resolve(
+        &self,
+        requested: Option<&str>,
+        category: ModelCategory,
+    ) -> Result<&ModelEntry, ValidationError> {
+        let found = match requested {
+            Some(id) => self.get(id).filter(|m| m.category == category),
+            None => self
+                .models
+                .iter()
+                .find(|m| m.category == category && m.default)
+                .or_else(|| self.models.iter().find(|m| m.category == category)),
+        };
+        found.ok_or_else(|| match requested {
+            Some(id) => ValidationError::new(
+                "model",
+                format!("model `{id}` is not an available {category} model; GET /api/v1/models lists them"),
+            ),
+            None => ValidationError::new("model", format!("no {category} model is configured")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    #[test]
+    fn resolves_defaults_and_rejects_unknown_or_wrong_category_models() {
+        let catalogue = Catalogue::new(Settings::load_with(None, &[]).unwrap().models);
+        let default = catalogue.resolve(None, ModelCategory::Image).unwrap();
+        assert!(default.default);
+        assert_eq!(
+            catalogue
+                .resolve(Some("local/procedural-hd"), ModelCategory::Image)
+                .unwrap()
+                .id,
+            "local/procedural-hd"
+        );
+        let err = catalogue
+            .resolve(Some("acme/nope"), ModelCategory::Image)
+            .unwrap_err();
+        assert_eq!(err.field, "model");
+        assert!(err.message.contains("acme/nope"));
+        assert!(
+            catalogue
+                .resolve(Some("local/procedural-v1"), ModelCategory::Video)
+                .is_err()
+        );
+    }
+}

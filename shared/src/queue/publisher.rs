@@ -1,0 +1,120 @@
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Confirmation, Connection};
+use tokio::sync::Mutex;
+
+use super::{JobMessage, Topology};
+use crate::domain::Tool;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("broker unavailable: {0}")]
+    Broker(#[from] lapin::Error),
+    #[error("broker did not confirm the message")]
+    NotConfirmed,
+    #[error("publish timed out after {0:?}")]
+    TimedOut(Duration),
+}
+
+/// Publishes job messages with publisher confirms over one long-lived
+/// connection, reconnecting lazily on the next publish after a failure.
+/// A failed publish is never fatal to the caller: the job row stays
+/// unconfirmed and the scheduler's relay publishes it later.
+pub struct Publisher {
+    url: String,
+    name: String,
+    topology: Topology,
+    timeout: Duration,
+    state: Mutex<Option<(Connection, Channel)>>,
+}
+
+impl Publisher {
+    pub fn new(url: &str, name: &str, topology: Topology, timeout: Duration) -> Self {
+        Self {
+            url: url.to_owned(),
+            name: name.to_owned(),
+            topology,
+            timeout,
+            state: Mutex::new(None),
+        }
+    }
+
+    /// Connects and declares the topology for every tool.
+    pub async fn ensure_connected(&self) -> Result<Channel, PublishError> {
+        let mut state = self.state.lock().await;
+        if let Some((connection, channel)) = state.as_ref()
+            && connection.status().connected()
+            && channel.status().connected()
+        {
+            return Ok(channel.clone());
+        }
+        let connection = super::connect(&self.url, &self.name).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        let tools: Vec<&str> = Tool::ALL.iter().map(|t| t.as_str()).collect();
+        self.topology.declare(&channel, &tools).await?;
+        *state = Some((connection, channel.clone()));
+        Ok(channel)
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.state.try_lock().map_or(true, |state| {
+            state
+                .as_ref()
+                .is_some_and(|(c, ch)| c.status().connected() && ch.status().connected())
+        })
+    }
+
+    /// Publishes and waits for the broker's confirm, within the timeout.
+    pub async fn publish(&self, message: &JobMessage) -> Result<(), PublishError> {
+        match tokio::time::timeout(self.timeout, self.publish_confirmed(message)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => {
+                self.reset().await;
+                Err(err)
+            }
+            Err(_) => {
+                self.reset().await;
+                Err(PublishError::TimedOut(self.timeout))
+            }
+        }
+    }
+
+    async fn publish_confirmed(&self, message: &JobMessage) -> Result<(), PublishError> {
+        let channel = self.ensure_connected().await?;
+        let payload = serde_json::to_vec(message).expect("job message serializes");
+        let properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_message_id(message.job_id.to_string().into());
+        let confirmation = channel
+            .basic_publish(
+                self.topology.exchange().into(),
+                message.tool.clone().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                &payload,
+                properties,
+            )
+            .await?
+            .await?;
+        match confirmation {
+            Confirmation::Ack(None) => Ok(()),
+            // Returned (unroutable) or nacked: not safely enqueued.
+            Confirmation::Ack(Some(_)) | Confirmation::Nack(_) | Confirmation::NotRequested => {
+                Err(PublishError::NotConfirmed)
+            }
+        }
+    }
+
+    async fn reset(&self) {
+        if let Some((connection, _)) = self.state.lock().await.take() {
+            let _ = connection.close(200, "reconnecting".into()).await;
+        }
+    }
+}

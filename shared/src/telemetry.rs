@@ -1,0 +1,21 @@
+//! Logging set-up shared by the binaries: `RUST_LOG` filters (default `info`),
+//! `UNIGEN_LOG_FORMAT=json` switches to JSON lines.
+
+use tracing_subscriber::EnvFilter;
+
+pub fn init(binary: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,lapin=warn,actix_server=warn"));
+    let json = std::env::var("UNIGEN_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    let result = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    if result.is_ok() {
+        tracing::info!(binary, version = env!("CARGO_PKG_VERSION"), "starting");
+    }
+}

@@ -1,0 +1,350 @@
+//! Test harness: [`TestApp::spawn`] starts api + worker + scheduler in this
+//! process against the machine's real PostgreSQL and RabbitMQ, isolated per
+//! test: a fresh database cloned from a migrated template, a unique RabbitMQ
+//! name prefix (queues expire once unused), and a private files directory.
+
+mod database;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use unigen_shared::config::Settings;
+use unigen_shared::db::models::{NewApiKey, NewOrganization};
+use unigen_shared::db::queries;
+use unigen_shared::domain::{ApiKeyMaterial, Scope};
+use uuid::Uuid;
+
+pub use database::TestDatabase;
+
+pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// Which binaries to start and how to configure them.
+pub struct TestOptions {
+    pub worker: bool,
+    pub scheduler: bool,
+    /// Applied to every component's settings.
+    pub configure: Box<dyn FnOnce(&mut Settings) + Send>,
+    /// Applied to the API's settings only (after `configure`).
+    pub configure_api: Box<dyn FnOnce(&mut Settings) + Send>,
+}
+
+impl Default for TestOptions {
+    fn default() -> Self {
+        Self {
+            worker: true,
+            scheduler: true,
+            configure: Box::new(|_| {}),
+            configure_api: Box::new(|_| {}),
+        }
+    }
+}
+
+impl TestOptions {
+    pub fn without_worker(mut self) -> Self {
+        self.worker = false;
+        self
+    }
+
+    pub fn configure(mut self, f: impl FnOnce(&mut Settings) + Send + 'static) -> Self {
+        self.configure = Box::new(f);
+        self
+    }
+
+    pub fn configure_api(mut self, f: impl FnOnce(&mut Settings) + Send + 'static) -> Self {
+        self.configure_api = Box::new(f);
+        self
+    }
+}
+
+/// A running stack plus an organization and an all-scopes key.
+pub struct TestApp {
+    pub base_url: String,
+    pub client: reqwest::Client,
+    pub settings: Settings,
+    pub org_id: Uuid,
+    pub key: String,
+    pub db: TestDatabase,
+    shutdown: CancellationToken,
+    worker_shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    files_dir: std::path::PathBuf,
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(TestOptions::default()).await
+    }
+
+    pub async fn spawn_with(options: TestOptions) -> TestApp {
+        Self::try_spawn(options)
+            .await
+            .expect("starting the test stack")
+    }
+
+    async fn try_spawn(options: TestOptions) -> anyhow::Result<TestApp> {
+        let db = TestDatabase::create().await?;
+        let tag = Uuid::new_v4().simple().to_string();
+        let files_dir = std::env::temp_dir().join(format!("unigen-test-{}", &tag[..12]));
+        let mut settings = Settings::load_with(None, &[])?;
+        settings.database.url = db.url.clone();
+        settings.database.pool_size = 8;
+        settings.rabbitmq.url = env_or(
+            "UNIGEN_TEST_AMQP_URL",
+            "amqp://guest:guest@127.0.0.1:5672/%2f",
+        );
+        settings.rabbitmq.prefix = format!("test.{}.", &tag[..12]);
+        settings.rabbitmq.queue_expires_ms = Some(60_000);
+        settings.http.host = "127.0.0.1".into();
+        settings.http.port = 0;
+        settings.http.public_base_url = String::new();
+        settings.storage.dir = files_dir.clone();
+        settings.worker.tools = vec!["image".into()];
+        settings.worker.concurrency = 4;
+        settings.worker.grace_seconds = 2;
+        settings.scheduler.tick_ms = 100;
+        settings.scheduler.relay_after_seconds = 1;
+        (options.configure)(&mut settings);
+        let mut api_settings = settings.clone();
+        (options.configure_api)(&mut api_settings);
+
+        let shutdown = CancellationToken::new();
+        let worker_shutdown = CancellationToken::new();
+        let api = unigen_api::spawn(api_settings, shutdown.clone()).await?;
+        let mut tasks = vec![tokio::spawn(async move {
+            if let Ok(Err(err)) = api.task.await {
+                eprintln!("api stopped with an error: {err:#}");
+            }
+        })];
+        if options.worker {
+            let (settings, token) = (settings.clone(), worker_shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(err) = unigen_worker::run(settings, token).await {
+                    eprintln!("worker stopped with an error: {err:#}");
+                }
+            }));
+        }
+        if options.scheduler {
+            let (settings, token) = (settings.clone(), shutdown.clone());
+            tasks.push(tokio::spawn(async move {
+                if let Err(err) = unigen_scheduler::run(settings, token).await {
+                    eprintln!("scheduler stopped with an error: {err:#}");
+                }
+            }));
+        }
+        let base_url = format!("http://{}", api.addr);
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()?;
+        let mut app = TestApp {
+            base_url,
+            client,
+            settings,
+            org_id: Uuid::nil(),
+            key: String::new(),
+            db,
+            shutdown,
+            worker_shutdown,
+            tasks,
+            files_dir,
+        };
+        app.org_id = app.create_org("Test org", "pro").await;
+        app.key = app.create_key(app.org_id, &["all"], None).await;
+        app.wait_until_ready().await?;
+        Ok(app)
+    }
+
+    async fn wait_until_ready(&self) -> anyhow::Result<()> {
+        // Postgres and the LISTEN connection; the broker may be down on purpose.
+        for _ in 0..100 {
+            if let Ok(response) = self.client.get(self.url("/readyz")).send().await {
+                let body: Value = response.json().await.unwrap_or_default();
+                if body["checks"]["postgres"] == true && body["checks"]["listener"] == true {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        anyhow::bail!("the API never became ready")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    pub async fn create_org(&self, name: &str, plan: &str) -> Uuid {
+        let mut conn = self.db.connect().await;
+        let new = NewOrganization {
+            id: Uuid::now_v7(),
+            name,
+            email: None,
+            plan_code: plan,
+        };
+        queries::orgs::create(&mut conn, &new)
+            .await
+            .expect("creating an org")
+            .id
+    }
+
+    /// A key for `org` with these scopes (`["all"]` for every scope).
+    pub async fn create_key(
+        &self,
+        org: Uuid,
+        scopes: &[&str],
+        expires_at: Option<DateTime<Utc>>,
+    ) -> String {
+        let scopes = Scope::parse_list(&scopes.join(",")).expect("valid scopes");
+        let material = ApiKeyMaterial::generate().expect("random key");
+        let mut conn = self.db.connect().await;
+        queries::keys::insert(
+            &mut conn,
+            &NewApiKey {
+                id: Uuid::now_v7(),
+                org_id: org,
+                name: "test key",
+                key_hash: &material.hash,
+                key_prefix: &material.display_prefix,
+                scopes: scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+                expires_at,
+            },
+        )
+        .await
+        .expect("creating a key");
+        material.plaintext
+    }
+
+    pub async fn post_json(&self, path: &str, key: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .await
+            .expect("POST")
+    }
+
+    pub async fn get(&self, path: &str, key: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("GET")
+    }
+
+    pub async fn delete(&self, path: &str, key: &str) -> reqwest::Response {
+        self.client
+            .delete(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("DELETE")
+    }
+
+    /// `POST /api/v1/images/generations?async=true` with the default key; the job id.
+    pub async fn submit_image_async(&self, body: &Value) -> String {
+        let response = self
+            .post_json("/api/v1/images/generations?async=true", &self.key, body)
+            .await;
+        assert_eq!(response.status(), 202, "async submit");
+        let body: Value = response.json().await.expect("JSON");
+        body["id"].as_str().expect("job id").to_owned()
+    }
+
+    pub async fn job(&self, id: &str) -> Value {
+        let response = self.get(&format!("/api/v1/jobs/{id}"), &self.key).await;
+        assert_eq!(response.status(), 200, "GET job {id}");
+        response.json().await.expect("JSON")
+    }
+
+    /// Polls until the job reaches a terminal state.
+    pub async fn wait_for_job(&self, id: &str, timeout: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let job = self.job(id).await;
+            if matches!(
+                job["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            ) {
+                return job;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id} did not finish in {timeout:?}: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls until the job has this status.
+    pub async fn wait_for_status(&self, id: &str, status: &str, timeout: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let job = self.job(id).await;
+            if job["status"] == status {
+                return job;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "job {id} never became {status}: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Downloads a URL the API handed out.
+    pub async fn download(&self, url: &str) -> reqwest::Response {
+        self.client.get(url).send().await.expect("download")
+    }
+
+    /// Starts the default worker's graceful shutdown.
+    pub fn stop_worker(&self) {
+        self.worker_shutdown.cancel();
+    }
+
+    /// Starts another worker process-equivalent; cancel the token to stop it.
+    pub fn spawn_worker(&mut self, configure: impl FnOnce(&mut Settings)) -> CancellationToken {
+        let mut settings = self.settings.clone();
+        configure(&mut settings);
+        let token = CancellationToken::new();
+        let stop = token.clone();
+        self.tasks.push(tokio::spawn(async move {
+            if let Err(err) = unigen_worker::run(settings, stop).await {
+                eprintln!("worker stopped with an error: {err:#}");
+            }
+        }));
+        token
+    }
+
+    pub async fn count_jobs(&self) -> i64 {
+        self.db.scalar_i64("SELECT count(*) FROM jobs").await
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        self.worker_shutdown.cancel();
+        for task in &self.tasks {
+            task.abort();
+        }
+        let _ = std::fs::remove_dir_all(&self.files_dir);
+    }
+}
+
+/// Reads a JSON body, failing with the status and text when it is not JSON.
+pub async fn json_of(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text)
+        .with_context(|| format!("status {status}, body {text}"))
+        .expect("JSON body");
+    (status, body)
+}

@@ -1,0 +1,145 @@
+use chrono::{Duration, Utc};
+use serde_json::json;
+use unigen_tests::{TestApp, TestOptions, json_of};
+
+async fn status_and_message(response: reqwest::Response) -> (u16, String) {
+    let (status, body) = json_of(response).await;
+    (
+        status,
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_malformed_unknown_revoked_and_expired_keys_are_refused() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let invalid = (401, "invalid or missing API key".to_owned());
+
+    let no_header = app
+        .client
+        .get(app.url("/api/v1/jobs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status_and_message(no_header).await, invalid);
+    let basic = app
+        .client
+        .get(app.url("/api/v1/jobs"))
+        .basic_auth("user", Some(&app.key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status_and_message(basic).await, invalid);
+    for bad in [
+        "sk_123",
+        "nonsense",
+        &format!("sk_{}", "0".repeat(64)),
+        &app.key.to_uppercase(),
+    ] {
+        assert_eq!(
+            status_and_message(app.get("/api/v1/jobs", bad).await).await,
+            invalid,
+            "{bad}"
+        );
+    }
+
+    let expired = app
+        .create_key(
+            app.org_id,
+            &["all"],
+            Some(Utc::now() - Duration::seconds(1)),
+        )
+        .await;
+    assert_eq!(
+        status_and_message(app.get("/api/v1/jobs", &expired).await).await,
+        (401, "API key has expired".into())
+    );
+    let not_yet = app
+        .create_key(app.org_id, &["all"], Some(Utc::now() + Duration::hours(1)))
+        .await;
+    assert_eq!(app.get("/api/v1/jobs", &not_yet).await.status(), 200);
+
+    let revoked = app.create_key(app.org_id, &["all"], None).await;
+    assert_eq!(app.get("/api/v1/jobs", &revoked).await.status(), 200);
+    let hash = unigen_shared::domain::hash_key(&revoked);
+    let client = app.db.client().await;
+    client
+        .execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1",
+            &[&&hash[..]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        status_and_message(app.get("/api/v1/jobs", &revoked).await).await,
+        invalid,
+        "revocation is immediate"
+    );
+
+    // A generation request with a bad key creates nothing.
+    let response = app
+        .post_json(
+            "/api/v1/images/generations",
+            "sk_bad",
+            &json!({"prompt": "x"}),
+        )
+        .await;
+    assert_eq!(response.status(), 401);
+    assert_eq!(app.count_jobs().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_only_reach_the_endpoints_of_their_scopes() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let chat_only = app.create_key(app.org_id, &["chat"], None).await;
+    let (status, message) = status_and_message(
+        app.post_json(
+            "/api/v1/images/generations",
+            &chat_only,
+            &json!({"prompt": "x"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (status, message.as_str()),
+        (403, "API key does not have required scope: image")
+    );
+    let (status, message) = status_and_message(app.get("/api/v1/jobs", &chat_only).await).await;
+    assert_eq!(
+        (status, message.as_str()),
+        (403, "API key does not have required scope: jobs")
+    );
+
+    // Jobs endpoints accept `jobs` or `usage`.
+    let usage_only = app.create_key(app.org_id, &["usage"], None).await;
+    assert_eq!(app.get("/api/v1/jobs", &usage_only).await.status(), 200);
+    let jobs_only = app.create_key(app.org_id, &["jobs"], None).await;
+    assert_eq!(app.get("/api/v1/jobs", &jobs_only).await.status(), 200);
+
+    let image_only = app.create_key(app.org_id, &["image"], None).await;
+    let response = app
+        .post_json(
+            "/api/v1/images/generations?async=true",
+            &image_only,
+            &json!({"prompt": "x"}),
+        )
+        .await;
+    assert_eq!(response.status(), 202);
+    let id = response.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _) =
+        status_and_message(app.delete(&format!("/api/v1/jobs/{id}"), &image_only).await).await;
+    assert_eq!(status, 403, "cancelling needs jobs or usage");
+    assert_eq!(app.job(&id).await["status"], "pending");
+    assert_eq!(
+        app.count_jobs().await,
+        1,
+        "the denied request created nothing"
+    );
+}

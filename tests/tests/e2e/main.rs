@@ -1,0 +1,8 @@
+//! End-to-end tests: api + worker + scheduler against real PostgreSQL and
+//! RabbitMQ. Each test gets its own database and queue prefix.
+
+mod auth;
+mod images;
+mod jobs;
+mod ops;
+mod pipeline;

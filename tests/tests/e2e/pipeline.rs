@@ -1,0 +1,252 @@
+//! The pipeline's guarantees: nothing accepted is lost.
+
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use serde_json::json;
+use unigen_shared::queue::{JobMessage, Topology};
+use unigen_tests::{TestApp, TestOptions, json_of};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_accepted_while_the_broker_is_unreachable_are_published_by_the_relay() {
+    // The API's broker address is dead; worker and scheduler reach the broker.
+    let app = TestApp::spawn_with(
+        TestOptions::default()
+            .configure_api(|s| s.rabbitmq.url = "amqp://guest:guest@127.0.0.1:1/%2f".into()),
+    )
+    .await;
+    let (status, created) = json_of(
+        app.post_json(
+            "/api/v1/images/generations?async=true",
+            &app.key,
+            &json!({"prompt": "relayed"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        status, 202,
+        "accepted although the broker is unreachable: {created}"
+    );
+    let job = app
+        .wait_for_job(created["id"].as_str().unwrap(), Duration::from_secs(30))
+        .await;
+    assert_eq!(job["status"], "completed", "{job}");
+    let unpublished = app
+        .db
+        .scalar_i64("SELECT count(*) FROM jobs WHERE enqueued_at IS NULL")
+        .await;
+    assert_eq!(unpublished, 0);
+
+    // A sync request waits through the relay's delay too.
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/images/generations",
+            &app.key,
+            &json!({"prompt": "sync relayed"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_worker_vanished_is_rescued_after_its_lease_and_completed() {
+    let app = TestApp::spawn().await;
+    let id = app.submit_image_async(&json!({"prompt": "orphan"})).await;
+    app.wait_for_job(&id, Duration::from_secs(30)).await;
+    // Simulate a worker that claimed a job and died: processing, lease expired.
+    let client = app.db.client().await;
+    let orphan = uuid::Uuid::now_v7();
+    client
+        .execute(
+            "INSERT INTO jobs (id, org_id, api_key_id, tool, status, model, model_tier, input_params, \
+             estimated_credits, attempt, enqueued_at, worker_id, lease_expires_at, started_at) \
+             SELECT $1, org_id, api_key_id, tool, 'processing', model, model_tier, input_params, \
+             estimated_credits, 1, now(), 'dead-worker', now() - interval '1 second', now() \
+             FROM jobs WHERE id = $2",
+            &[&orphan, &id.parse::<uuid::Uuid>().unwrap()],
+        )
+        .await
+        .unwrap();
+    let job = app
+        .wait_for_job(&orphan.to_string(), Duration::from_secs(30))
+        .await;
+    assert_eq!(job["status"], "completed", "{job}");
+    let attempt: i32 = client
+        .query_one("SELECT attempt FROM jobs WHERE id = $1", &[&orphan])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempt, 2, "the rescue counted one more attempt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_lost_its_worker_too_often_fails_with_a_reason() {
+    let app =
+        TestApp::spawn_with(TestOptions::default().configure(|s| s.jobs.max_attempts = 2)).await;
+    let id = app.submit_image_async(&json!({"prompt": "cursed"})).await;
+    app.wait_for_job(&id, Duration::from_secs(30)).await;
+    let client = app.db.client().await;
+    let id: uuid::Uuid = id.parse().unwrap();
+    client
+        .execute(
+            "UPDATE jobs SET status = 'processing', attempt = 2, output_data = NULL, completed_at = NULL, \
+             actual_credits = NULL, lease_expires_at = now() - interval '1 second' WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    let job = app
+        .wait_for_job(&id.to_string(), Duration::from_secs(30))
+        .await;
+    assert_eq!(job["status"], "failed", "{job}");
+    assert_eq!(
+        job["errorMessage"],
+        "the job was interrupted 2 times (worker lost); giving up"
+    );
+    assert_eq!(job["actualCredits"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_and_unreadable_messages_do_not_run_jobs_twice_or_block_the_queue() {
+    let app = TestApp::spawn().await;
+    let id = app.submit_image_async(&json!({"prompt": "once"})).await;
+    app.wait_for_job(&id, Duration::from_secs(30)).await;
+
+    let topology = Topology::new(&app.settings.rabbitmq);
+    let connection = unigen_shared::queue::connect(&app.settings.rabbitmq.url, "test")
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let publish = |payload: Vec<u8>| {
+        let (channel, exchange) = (channel.clone(), topology.exchange());
+        async move {
+            channel
+                .basic_publish(
+                    exchange.into(),
+                    "image".into(),
+                    BasicPublishOptions::default(),
+                    &payload,
+                    Default::default(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    // A duplicate of a finished job, a message for no job, and garbage.
+    let duplicate = JobMessage {
+        job_id: id.parse().unwrap(),
+        tool: "image".into(),
+        attempt: 0,
+    };
+    let ghost = JobMessage {
+        job_id: uuid::Uuid::now_v7(),
+        tool: "image".into(),
+        attempt: 0,
+    };
+    publish(serde_json::to_vec(&duplicate).unwrap()).await;
+    publish(serde_json::to_vec(&ghost).unwrap()).await;
+    publish(b"{not json".to_vec()).await;
+
+    // The queue keeps flowing: a new job still completes.
+    let next = app
+        .submit_image_async(&json!({"prompt": "after the poison"}))
+        .await;
+    assert_eq!(
+        app.wait_for_job(&next, Duration::from_secs(30)).await["status"],
+        "completed"
+    );
+
+    let dead_letters = async {
+        let queue = channel
+            .queue_declare(
+                topology.dead_letter_queue("image").into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        queue.message_count()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut count = dead_letters.await;
+    while count < 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        count = channel
+            .queue_declare(
+                topology.dead_letter_queue("image").into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count();
+    }
+    assert_eq!(
+        count, 2,
+        "the ghost and the garbage went to the dead-letter queue"
+    );
+    let job = app.job(&id).await;
+    assert_eq!(job["status"], "completed");
+    let attempt: i32 = app
+        .db
+        .client()
+        .await
+        .query_one(
+            "SELECT attempt FROM jobs WHERE id = $1",
+            &[&id.parse::<uuid::Uuid>().unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        attempt, 1,
+        "the duplicate message did not run the job again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_worker_hands_back_unfinished_jobs_and_another_worker_completes_them() {
+    let mut app = TestApp::spawn_with(TestOptions::default().configure(|s| {
+        s.local_provider.latency_ms = 4_000;
+        s.worker.grace_seconds = 0;
+    }))
+    .await;
+    let id = app
+        .submit_image_async(&json!({"prompt": "handed over"}))
+        .await;
+    app.wait_for_status(&id, "processing", Duration::from_secs(20))
+        .await;
+    app.stop_worker();
+    app.wait_for_status(&id, "pending", Duration::from_secs(20))
+        .await;
+    let _second = app.spawn_worker(|s| s.local_provider.latency_ms = 0);
+    let job = app.wait_for_job(&id, Duration::from_secs(30)).await;
+    assert_eq!(job["status"], "completed", "{job}");
+    let attempt: i32 = app
+        .db
+        .client()
+        .await
+        .query_one(
+            "SELECT attempt FROM jobs WHERE id = $1",
+            &[&id.parse::<uuid::Uuid>().unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        attempt, 1,
+        "a graceful hand-back does not count as an attempt"
+    );
+}

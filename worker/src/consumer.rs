@@ -1,0 +1,176 @@
+//! One consumer per tool queue: prefetch = concurrency, claim, ack, run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use unigen_shared::db::{DbError, queries};
+use unigen_shared::domain::Tool;
+use unigen_shared::queue::{self, JobMessage};
+
+use crate::WorkerContext;
+use crate::execute::run_claimed;
+
+/// Consumes `tool`'s queue until `shutdown`, reconnecting with backoff.
+pub async fn consume(
+    context: Arc<WorkerContext>,
+    tool: Tool,
+    shutdown: CancellationToken,
+    hard_stop: CancellationToken,
+    jobs: TaskTracker,
+) {
+    let permits = Arc::new(Semaphore::new(context.concurrency));
+    let mut backoff = reconnect_backoff();
+    while !shutdown.is_cancelled() {
+        match session(&context, tool, &shutdown, &hard_stop, &jobs, &permits).await {
+            Ok(()) => return,
+            Err(err) => {
+                let delay = backoff.next().unwrap_or(Duration::from_secs(5));
+                tracing::warn!(%tool, error = %err, retry_in_ms = delay.as_millis() as u64, "consumer disconnected");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+fn reconnect_backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+async fn session(
+    context: &Arc<WorkerContext>,
+    tool: Tool,
+    shutdown: &CancellationToken,
+    hard_stop: &CancellationToken,
+    jobs: &TaskTracker,
+    permits: &Arc<Semaphore>,
+) -> anyhow::Result<()> {
+    let connection = queue::connect(&context.rabbit_url, &format!("unigen-worker-{tool}")).await?;
+    let channel = connection.create_channel().await?;
+    let prefetch = u16::try_from(context.concurrency).unwrap_or(u16::MAX);
+    channel
+        .basic_qos(prefetch, BasicQosOptions::default())
+        .await?;
+    context.topology.declare(&channel, &[tool.as_str()]).await?;
+    let tag = format!("{}-{tool}", context.worker_id);
+    let mut deliveries = channel
+        .basic_consume(
+            context.topology.queue(tool.as_str()).into(),
+            tag.clone().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    tracing::info!(%tool, prefetch, "consuming");
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                // Closing the channel returns every unacknowledged message
+                // (those still waiting for a permit) to the queue.
+                let _ = channel.close(200, "worker stopping".into()).await;
+                let _ = connection.close(200, "worker stopping".into()).await;
+                return Ok(());
+            }
+            delivery = deliveries.next() => match delivery {
+                Some(Ok(delivery)) => {
+                    let context = context.clone();
+                    let (shutdown, hard_stop, permits) = (shutdown.clone(), hard_stop.clone(), permits.clone());
+                    jobs.spawn(async move {
+                        handle_delivery(&context, tool, delivery, &permits, &shutdown, hard_stop).await;
+                    });
+                }
+                Some(Err(err)) => return Err(err.into()),
+                None => anyhow::bail!("the broker closed the consumer"),
+            },
+        }
+    }
+}
+
+async fn handle_delivery(
+    context: &WorkerContext,
+    tool: Tool,
+    delivery: Delivery,
+    permits: &Arc<Semaphore>,
+    shutdown: &CancellationToken,
+    hard_stop: CancellationToken,
+) {
+    let _permit = tokio::select! {
+        permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
+        // Not started: the channel close requeues the message.
+        () = shutdown.cancelled() => return,
+    };
+    let message = match serde_json::from_slice::<JobMessage>(&delivery.data) {
+        Ok(message) if message.tool == tool.as_str() => message,
+        _ => {
+            tracing::error!(%tool, bytes = delivery.data.len(), "unreadable job message; dead-lettering");
+            let _ = delivery
+                .nack(BasicNackOptions {
+                    requeue: false,
+                    ..Default::default()
+                })
+                .await;
+            return;
+        }
+    };
+    let claimed: Result<Result<_, bool>, DbError> = async {
+        let mut conn = context.pool.get().await.map_err(DbError::from)?;
+        match queries::jobs::claim(&mut conn, message.job_id, &context.worker_id, context.lease)
+            .await?
+        {
+            Some(job) => Ok(Ok(job)),
+            None => Ok(Err(queries::jobs::find(&mut conn, message.job_id)
+                .await?
+                .is_some())),
+        }
+    }
+    .await;
+    match claimed {
+        Ok(Ok(job)) => {
+            // Ownership now lives in PostgreSQL (the lease): ack at once, so a
+            // long job never trips the broker's consumer timeout into a rerun.
+            if let Err(err) = delivery.ack(BasicAckOptions::default()).await {
+                tracing::warn!(error = %err, "ack failed; a redelivery will find the job claimed");
+            }
+            run_claimed(context, tool, job, hard_stop).await;
+        }
+        Ok(Err(true)) => {
+            // Taken by another worker, cancelled or finished: a duplicate.
+            let _ = delivery.ack(BasicAckOptions::default()).await;
+        }
+        Ok(Err(false)) => {
+            tracing::error!(job.id = %message.job_id, "message refers to no job; dead-lettering");
+            let _ = delivery
+                .nack(BasicNackOptions {
+                    requeue: false,
+                    ..Default::default()
+                })
+                .await;
+        }
+        Err(err) => {
+            tracing::warn!(job.id = %message.job_id, error = %err, "claim failed; requeueing");
+            // Do not spin on a database outage.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = delivery
+                .nack(BasicNackOptions {
+                    requeue: true,
+                    ..Default::default()
+                })
+                .await;
+        }
+    }
+}

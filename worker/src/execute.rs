@@ -1,0 +1,185 @@
+//! Running one claimed job: lease renewal, cancellation, settlement.
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use unigen_shared::db::models::Job;
+use unigen_shared::db::{DbError, queries};
+use unigen_shared::domain::{JobStatus, Tool};
+use uuid::Uuid;
+
+use crate::WorkerContext;
+use crate::registry::{self, ToolOutput};
+
+/// Reports progress (0..99; 100 is written with the result).
+pub struct Progress<'a> {
+    context: &'a WorkerContext,
+    id: Uuid,
+    attempt: i32,
+}
+
+impl Progress<'_> {
+    pub async fn report(&self, percent: i16) {
+        let result = async {
+            let mut conn = self.context.pool.get().await.map_err(DbError::from)?;
+            queries::jobs::set_progress(&mut conn, self.id, self.attempt, percent.clamp(0, 99))
+                .await
+        }
+        .await;
+        if let Err(err) = result {
+            tracing::debug!(error = %err, "progress update failed");
+        }
+    }
+}
+
+enum Outcome {
+    Finished(Result<ToolOutput, crate::error::ToolError>),
+    /// Cancelled by the client, or the lease was lost to a rescue.
+    NoLongerOurs,
+    /// The worker is stopping and the grace period is over.
+    Shutdown,
+}
+
+/// Runs a claimed job to a terminal state (or hands it back on shutdown).
+pub async fn run_claimed(
+    context: &WorkerContext,
+    tool: Tool,
+    job: Job,
+    hard_stop: CancellationToken,
+) {
+    let span = tracing::info_span!("job", job.id = %job.id, tool = %tool, attempt = job.attempt);
+    async move {
+        let started = std::time::Instant::now();
+        let (id, attempt) = (job.id, job.attempt);
+        let progress = Progress {
+            context,
+            id,
+            attempt,
+        };
+        let outcome = tokio::select! {
+            result = registry::run(context, tool, &job, &progress) => Outcome::Finished(result),
+            () = watch_ownership(context, id, attempt) => Outcome::NoLongerOurs,
+            () = hard_stop.cancelled() => Outcome::Shutdown,
+        };
+        let duration_ms = started.elapsed().as_millis() as u64;
+        match outcome {
+            Outcome::Finished(Ok(output)) => {
+                match settle(context, id, attempt, Settlement::Complete(&output)).await {
+                    Some(true) => tracing::info!(duration_ms, "job completed"),
+                    Some(false) => {
+                        tracing::info!(duration_ms, "job was cancelled meanwhile; result discarded")
+                    }
+                    None => {}
+                }
+            }
+            Outcome::Finished(Err(err)) => {
+                let message = err.client_message();
+                tracing::warn!(error = %err, duration_ms, "job failed");
+                settle(context, id, attempt, Settlement::Fail(&message)).await;
+            }
+            Outcome::NoLongerOurs => {
+                tracing::info!(duration_ms, "job cancelled or taken over; aborted")
+            }
+            Outcome::Shutdown => {
+                let mut released = false;
+                if let Ok(mut conn) = context.pool.get().await {
+                    released = queries::jobs::release(&mut conn, id, attempt)
+                        .await
+                        .unwrap_or(false);
+                }
+                // If the release failed, the lease expires and the scheduler rescues the job.
+                tracing::info!(released, "worker stopping; job handed back");
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+enum Settlement<'a> {
+    Complete(&'a ToolOutput),
+    Fail(&'a str),
+}
+
+/// Writes a terminal state (only if this attempt still owns the job), then
+/// wakes waiters. `Some(false)`: cancelled meanwhile, nothing written. `None`:
+/// the database was unreachable; the lease expires and the job is retried.
+async fn settle(
+    context: &WorkerContext,
+    id: Uuid,
+    attempt: i32,
+    settlement: Settlement<'_>,
+) -> Option<bool> {
+    let result = async {
+        let mut conn = context.pool.get().await.map_err(DbError::from)?;
+        match settlement {
+            Settlement::Complete(output) => {
+                queries::jobs::complete(
+                    &mut conn,
+                    id,
+                    attempt,
+                    &output.output,
+                    output.actual_credits,
+                )
+                .await
+            }
+            Settlement::Fail(message) => queries::jobs::fail(&mut conn, id, attempt, message).await,
+        }
+    }
+    .await;
+    match result {
+        Ok(written) => {
+            context.notifier.job_changed(id);
+            Some(written)
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "writing the job result failed; the lease will expire and the job be retried");
+            None
+        }
+    }
+}
+
+/// Resolves when this attempt no longer owns the job: it was cancelled
+/// (notification, checked at once) or the lease could not be renewed.
+/// Renews the lease every third of its length meanwhile.
+async fn watch_ownership(context: &WorkerContext, id: Uuid, attempt: i32) {
+    let mut watch = context.hub.subscribe(id);
+    let renew_every = context.lease / 3;
+    let mut renew =
+        tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
+    loop {
+        tokio::select! {
+            () = watch.changed() => {
+                if !still_ours(context, id, attempt).await {
+                    return;
+                }
+            }
+            _ = renew.tick() => {
+                let renewed = async {
+                    let mut conn = context.pool.get().await.map_err(DbError::from)?;
+                    queries::jobs::renew_lease(&mut conn, id, attempt, context.lease).await
+                }
+                .await;
+                match renewed {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    // Keep working through a database blip; the next renewal may succeed.
+                    Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
+                }
+            }
+        }
+    }
+}
+
+async fn still_ours(context: &WorkerContext, id: Uuid, attempt: i32) -> bool {
+    let job = async {
+        let mut conn = context.pool.get().await.map_err(DbError::from)?;
+        queries::jobs::find(&mut conn, id).await
+    }
+    .await;
+    match job {
+        Ok(Some(job)) => job.status == JobStatus::Processing.as_str() && job.attempt == attempt,
+        Ok(None) => false,
+        // Unknown: keep working; the renewal decides.
+        Err(_) => true,
+    }
+}

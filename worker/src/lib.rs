@@ -1,0 +1,142 @@
+//! unigen's job workers: consume a tool's queue, claim the job in PostgreSQL,
+//! run the provider, store outputs, settle, notify.
+
+mod consumer;
+mod error;
+mod execute;
+mod registry;
+mod tools;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use unigen_shared::config::Settings;
+use unigen_shared::db::{self, PgPool};
+use unigen_shared::domain::Tool;
+use unigen_shared::notify::{ListenerHub, Notifier};
+use unigen_shared::providers::local::LocalProvider;
+use unigen_shared::queue::Topology;
+use unigen_shared::storage::{FileStore, build_store};
+
+/// What every job execution needs.
+pub(crate) struct WorkerContext {
+    pub pool: PgPool,
+    pub store: Arc<dyn FileStore>,
+    pub local: LocalProvider,
+    pub notifier: Notifier,
+    pub hub: ListenerHub,
+    pub worker_id: String,
+    pub lease: Duration,
+    pub rabbit_url: String,
+    pub topology: Topology,
+    pub concurrency: usize,
+}
+
+/// Parses the configured tool names; each must have a handler in this build.
+pub fn parse_tools(names: &[String]) -> anyhow::Result<Vec<Tool>> {
+    if names.is_empty() {
+        anyhow::bail!("no tools configured: pass --tools (e.g. --tools image)");
+    }
+    names
+        .iter()
+        .map(|name| {
+            let tool: Tool = name.parse().map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
+            if !registry::is_supported(tool) {
+                anyhow::bail!(
+                    "tool `{tool}` has no handler in this worker build (supported: {})",
+                    registry::supported_list()
+                );
+            }
+            Ok(tool)
+        })
+        .collect()
+}
+
+/// Runs consumers for the configured tools until `shutdown`; then stops
+/// taking work, lets running jobs finish within `worker.grace_seconds`, and
+/// hands back (requeues) whatever is still running.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let tools = parse_tools(&settings.worker.tools)?;
+    let pool = db::build_pool(&settings.database).context("building the database pool")?;
+    let (notifier, notifier_task) = Notifier::spawn(
+        pool.clone(),
+        settings.notify.channel.clone(),
+        Duration::from_millis(settings.notify.coalesce_ms),
+    );
+    let listener_stop = CancellationToken::new();
+    let (hub, hub_task) = ListenerHub::spawn(
+        settings.database.url.clone(),
+        settings.notify.channel.clone(),
+        listener_stop.clone(),
+    );
+    let context = Arc::new(WorkerContext {
+        pool,
+        store: build_store(&settings.storage),
+        local: LocalProvider::new(&settings.local_provider),
+        notifier,
+        hub,
+        worker_id: worker_id(),
+        lease: Duration::from_secs(settings.jobs.lease_seconds.max(3)),
+        rabbit_url: settings.rabbitmq.url.clone(),
+        topology: Topology::new(&settings.rabbitmq),
+        concurrency: settings.worker.concurrency,
+    });
+    tracing::info!(worker_id = %context.worker_id, tools = ?tools, concurrency = context.concurrency, "worker started");
+
+    let jobs = TaskTracker::new();
+    let hard_stop = CancellationToken::new();
+    let consumers: Vec<_> = tools
+        .iter()
+        .map(|&tool| {
+            tokio::spawn(consumer::consume(
+                context.clone(),
+                tool,
+                shutdown.clone(),
+                hard_stop.clone(),
+                jobs.clone(),
+            ))
+        })
+        .collect();
+    for consumer in consumers {
+        let _ = consumer.await;
+    }
+
+    // Shutdown: no new work is taken; running jobs get the grace period.
+    jobs.close();
+    let grace = Duration::from_secs(settings.worker.grace_seconds);
+    if tokio::time::timeout(grace, jobs.wait()).await.is_err() {
+        tracing::warn!(
+            running = jobs.len(),
+            "grace period over; requeueing running jobs"
+        );
+        hard_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), jobs.wait()).await;
+    }
+    listener_stop.cancel();
+    let _ = hub_task.await;
+    drop(context);
+    let _ = tokio::time::timeout(Duration::from_secs(2), notifier_task).await;
+    tracing::info!("worker stopped");
+    Ok(())
+}
+
+fn worker_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &suffix[..8])
+}
+
+/// SIGTERM or Ctrl-C starts a graceful shutdown.
+pub async fn shutdown_on_signal(shutdown: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+    shutdown.cancel();
+}
