@@ -5,6 +5,7 @@ pub mod batch;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod fetch;
 pub mod jobs;
 pub mod notify;
 pub mod providers;

@@ -15,6 +15,7 @@ pub struct Settings {
     pub rabbitmq: RabbitSettings,
     pub http: HttpSettings,
     pub storage: StorageSettings,
+    pub fetch: FetchSettings,
     pub jobs: JobSettings,
     pub notify: NotifySettings,
     pub worker: WorkerSettings,
@@ -56,6 +57,14 @@ pub struct StorageSettings {
     pub dir: PathBuf,
     pub url_secret: String,
     pub url_ttl_seconds: u64,
+}
+
+/// `[fetch]`: `max_bytes`, `timeout_seconds`, `allow_private_addresses`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FetchSettings {
+    pub max_bytes: usize,
+    pub timeout_seconds: u64,
+    pub allow_private_addresses: bool,
 }
 
 /// `[jobs]`: `sync_wait_seconds`, `long_poll_seconds`, `lease_seconds`, `max_attempts`.

@@ -1,0 +1,80 @@
+# Shared by scripts/dev-up, scripts/test and .ci/run: make sure the machine
+# has what unigen needs, installing and starting it when missing.
+# Idempotent; safe to source more than once.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+APT_UPDATED=0
+apt_install() {
+  command -v apt-get >/dev/null || { echo "apt-get not found: install $* by hand" >&2; return 1; }
+  if [ "$APT_UPDATED" -eq 0 ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    APT_UPDATED=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+wait_for() { # description, attempts, command...
+  local what=$1 attempts=$2; shift 2
+  for _ in $(seq "$attempts"); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 1
+  done
+  echo "$what did not come up" >&2
+  return 1
+}
+
+ensure_postgres() {
+  if ! command -v pg_isready >/dev/null || ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+    log "installing PostgreSQL"
+    apt_install postgresql postgresql-client
+  fi
+  if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    log "starting PostgreSQL"
+    local version
+    version=$(ls /etc/postgresql | sort -V | tail -n 1)
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+    wait_for "PostgreSQL" 30 pg_isready -q -h 127.0.0.1 -p 5432
+  fi
+  # unigen connects as postgres over TCP without a password (local trust auth).
+  if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SELECT 1' >/dev/null 2>&1; then
+    echo "cannot connect as postgres@127.0.0.1: configure trust auth for 127.0.0.1 or set UNIGEN__DATABASE__URL" >&2
+    return 1
+  fi
+}
+
+rabbit_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
+
+ensure_rabbitmq() {
+  if ! command -v rabbitmq-server >/dev/null; then
+    log "installing RabbitMQ"
+    apt_install rabbitmq-server
+  fi
+  if ! rabbit_up; then
+    log "starting RabbitMQ"
+    as_root rabbitmq-server -detached || true
+    wait_for "RabbitMQ" 60 rabbit_up
+  fi
+}
+
+ensure_rust_tools() {
+  command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup)" >&2; return 1; }
+  if ! cargo nextest --version >/dev/null 2>&1; then
+    log "installing cargo-nextest"
+    cargo install cargo-nextest --locked
+  fi
+}
+
+ensure_services() {
+  ensure_postgres
+  ensure_rabbitmq
+}
