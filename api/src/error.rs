@@ -82,6 +82,11 @@ impl ApiError {
         }
     }
 
+    /// The machine-readable `code` of this error.
+    pub fn code(&self) -> &'static str {
+        self.parts().2
+    }
+
     pub fn internal(err: impl Into<anyhow::Error>) -> Self {
         ApiError::Internal(err.into())
     }

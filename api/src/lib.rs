@@ -88,7 +88,9 @@ pub async fn spawn(
         hub,
         notifier,
         catalogue: Arc::new(Catalogue::new(settings.models.clone())),
+        legacy_models: Arc::new(settings.legacy_models.clone()),
         store: build_store(&settings.storage),
+        fetcher: unigen_shared::fetch::Fetcher::new(&settings.fetch),
         signer: UrlSigner::new(
             &settings.storage.url_secret,
             &settings.http.public_base_url,

@@ -13,7 +13,11 @@ each operation lists the scope it needs. Errors are `{\"error\": {\"message\", \
     ),
     modifiers(&BearerAuth),
     tags(
-        (name = "images", description = "Image generation"),
+        (name = "images", description = "Image generation and editing"),
+        (name = "video", description = "Video generation"),
+        (name = "audio", description = "Text to speech and speech to text"),
+        (name = "music", description = "Music generation"),
+        (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
     )
 )]

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use unigen_shared::config::Settings;
 use unigen_shared::db::PgPool;
+use unigen_shared::fetch::Fetcher;
 use unigen_shared::jobs::JobSubmitter;
 use unigen_shared::notify::{ListenerHub, Notifier};
 use unigen_shared::providers::Catalogue;
@@ -20,7 +21,10 @@ pub struct AppState {
     pub hub: ListenerHub,
     pub notifier: Notifier,
     pub catalogue: Arc<Catalogue>,
+    /// Legacy `/ai-image` model names -> catalogue ids.
+    pub legacy_models: Arc<std::collections::BTreeMap<String, String>>,
     pub store: Arc<dyn FileStore>,
+    pub fetcher: Fetcher,
     pub signer: UrlSigner,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,

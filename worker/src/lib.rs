@@ -7,6 +7,7 @@ mod execute;
 mod registry;
 mod tools;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,8 +18,10 @@ use unigen_shared::config::Settings;
 use unigen_shared::db::{self, PgPool};
 use unigen_shared::domain::Tool;
 use unigen_shared::notify::{ListenerHub, Notifier};
+use unigen_shared::providers::Catalogue;
 use unigen_shared::providers::local::LocalProvider;
-use unigen_shared::queue::Topology;
+use unigen_shared::providers::openai::OpenAiClient;
+use unigen_shared::queue::{SharedConnection, Topology};
 use unigen_shared::storage::{FileStore, build_store};
 
 /// What every job execution needs.
@@ -26,32 +29,26 @@ pub(crate) struct WorkerContext {
     pub pool: PgPool,
     pub store: Arc<dyn FileStore>,
     pub local: LocalProvider,
+    pub catalogue: Catalogue,
+    /// One client per `[upstreams.*]` entry, built once.
+    pub upstreams: HashMap<String, OpenAiClient>,
     pub notifier: Notifier,
     pub hub: ListenerHub,
     pub worker_id: String,
     pub lease: Duration,
-    pub rabbit_url: String,
+    pub amqp: SharedConnection,
     pub topology: Topology,
     pub concurrency: usize,
 }
 
-/// Parses the configured tool names; each must have a handler in this build.
+/// Parses the configured tool names.
 pub fn parse_tools(names: &[String]) -> anyhow::Result<Vec<Tool>> {
     if names.is_empty() {
         anyhow::bail!("no tools configured: pass --tools (e.g. --tools image)");
     }
     names
         .iter()
-        .map(|name| {
-            let tool: Tool = name.parse().map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
-            if !registry::is_supported(tool) {
-                anyhow::bail!(
-                    "tool `{tool}` has no handler in this worker build (supported: {})",
-                    registry::supported_list()
-                );
-            }
-            Ok(tool)
-        })
+        .map(|name| name.parse().map_err(|e| anyhow::anyhow!("--tools: {e}")))
         .collect()
 }
 
@@ -76,11 +73,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         pool,
         store: build_store(&settings.storage),
         local: LocalProvider::new(&settings.local_provider),
+        catalogue: Catalogue::new(settings.models.clone()),
+        upstreams: settings
+            .upstreams
+            .iter()
+            .map(|(name, upstream)| (name.clone(), OpenAiClient::new(upstream)))
+            .collect(),
         notifier,
         hub,
         worker_id: worker_id(),
         lease: Duration::from_secs(settings.jobs.lease_seconds.max(3)),
-        rabbit_url: settings.rabbitmq.url.clone(),
+        amqp: SharedConnection::new(&settings.rabbitmq.url, "unigen-worker"),
         topology: Topology::new(&settings.rabbitmq),
         concurrency: settings.worker.concurrency,
     });
@@ -115,6 +118,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         hard_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), jobs.wait()).await;
     }
+    context.amqp.close().await;
     listener_stop.cancel();
     let _ = hub_task.await;
     drop(context);

@@ -15,22 +15,6 @@ pub struct ToolOutput {
     pub actual_credits: i64,
 }
 
-pub fn is_supported(tool: Tool) -> bool {
-    match tool {
-        Tool::Image => true,
-        Tool::ImageEdit | Tool::Video | Tool::Music | Tool::Tts | Tool::Stt => false,
-    }
-}
-
-pub fn supported_list() -> String {
-    Tool::ALL
-        .iter()
-        .filter(|t| is_supported(**t))
-        .map(|t| t.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 pub async fn run(
     context: &WorkerContext,
     tool: Tool,
@@ -39,8 +23,10 @@ pub async fn run(
 ) -> Result<ToolOutput, ToolError> {
     match tool {
         Tool::Image => tools::image::run(context, job, progress).await,
-        Tool::ImageEdit | Tool::Video | Tool::Music | Tool::Tts | Tool::Stt => Err(
-            ToolError::InvalidParams(format!("tool {tool} is not supported by this worker")),
-        ),
+        Tool::ImageEdit => tools::edit::run(context, job, progress).await,
+        Tool::Video => tools::video::run(context, job, progress).await,
+        Tool::Music => tools::music::run(context, job, progress).await,
+        Tool::Tts => tools::speech::run(context, job, progress).await,
+        Tool::Stt => tools::transcription::run(context, job, progress).await,
     }
 }

@@ -1,16 +1,30 @@
 //! Route table: `/api/v1/...` (documented in OpenAPI), files, health, docs.
 
+mod edits;
 mod files;
+mod generation;
 mod health;
 mod images;
 mod jobs;
+mod legacy;
+mod music;
 pub mod params;
+mod speech;
+mod transcriptions;
+mod videos;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 
 /// Every `/api/v1` route; each is collected into the OpenAPI document.
 pub fn configure_v1(cfg: &mut ServiceConfig) {
     cfg.service(images::create_image_generation)
+        .service(edits::create_image_edit)
+        .service(videos::create_video_generation)
+        .service(speech::create_speech)
+        .service(transcriptions::create_transcription)
+        .service(music::create_music_generation)
+        .service(legacy::legacy_generate)
+        .service(legacy::legacy_logo)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
         .service(jobs::cancel_job);

@@ -21,7 +21,41 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub scheduler: SchedulerSettings,
     pub local_provider: LocalProviderSettings,
+    #[serde(default)]
+    pub upstreams: std::collections::BTreeMap<String, UpstreamSettings>,
+    /// Legacy `/ai-image` model names -> catalogue ids.
+    #[serde(default)]
+    pub legacy_models: std::collections::BTreeMap<String, String>,
     pub models: Vec<ModelEntry>,
+}
+
+/// `[upstreams.<name>]`: an OpenAI-compatible server: `base_url` (ending in
+/// `/v1`), `api_key` (may be empty), `timeout_seconds`.
+#[derive(Clone, Deserialize)]
+pub struct UpstreamSettings {
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: String,
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout_seconds: u64,
+}
+
+fn default_upstream_timeout() -> u64 {
+    60
+}
+
+impl std::fmt::Debug for UpstreamSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("UpstreamSettings")
+            .field("base_url", &self.base_url)
+            .field(
+                "api_key",
+                &if self.api_key.is_empty() { "" } else { "<set>" },
+            )
+            .field("timeout_seconds", &self.timeout_seconds)
+            .finish()
+    }
 }
 
 /// `[database]`: `url`, `pool_size`, `connect_timeout_ms`.
@@ -32,11 +66,13 @@ pub struct DatabaseSettings {
     pub connect_timeout_ms: u64,
 }
 
-/// `[rabbitmq]`: `url`, `prefix`, `queue_expires_ms` (tests only).
+/// `[rabbitmq]`: `url`, `prefix`, `queue_type`, `queue_expires_ms` (tests only).
 #[derive(Debug, Clone, Deserialize)]
 pub struct RabbitSettings {
     pub url: String,
     pub prefix: String,
+    /// `quorum` (replicated, durable; the production choice) or `classic`.
+    pub queue_type: String,
     pub queue_expires_ms: Option<u32>,
 }
 
@@ -117,11 +153,23 @@ pub struct ModelEntry {
     pub owned_by: String,
     #[serde(default)]
     pub capabilities: Vec<String>,
-    /// Credits per unit of output (an image, a second, ...).
+    /// Credits per unit of output: an image, an edit, a second of video, a
+    /// music track, 1,000 characters of speech, a minute of transcribed audio.
     pub credits_per_unit: i64,
-    /// The model used when a request names none, per category.
+    /// Longest output a duration-based model produces (music, video), seconds.
+    #[serde(default)]
+    pub max_duration_seconds: Option<f64>,
+    /// Can read image inputs (chat vision, image edits).
+    #[serde(default)]
+    pub vision: bool,
+    /// The model used when a request names none, per category and capability.
     #[serde(default)]
     pub default: bool,
+    /// `openai` adapter: the `[upstreams.*]` entry and the model name there.
+    #[serde(default)]
+    pub upstream: Option<String>,
+    #[serde(default)]
+    pub upstream_model: Option<String>,
 }
 
 impl Settings {
@@ -169,6 +217,12 @@ impl Settings {
         if self.jobs.max_attempts < 1 {
             return bad("jobs.max_attempts must be at least 1".into());
         }
+        if !matches!(self.rabbitmq.queue_type.as_str(), "quorum" | "classic") {
+            return bad(format!(
+                "rabbitmq.queue_type `{}` must be quorum or classic",
+                self.rabbitmq.queue_type
+            ));
+        }
         crate::notify::validate_channel(&self.notify.channel)
             .map_err(config::ConfigError::Message)?;
         if self.storage.backend != "local" {
@@ -176,6 +230,17 @@ impl Settings {
                 "storage.backend `{}` is not supported (supported: local)",
                 self.storage.backend
             ));
+        }
+        for (legacy, id) in &self.legacy_models {
+            if !self
+                .models
+                .iter()
+                .any(|m| &m.id == id && m.capabilities.iter().any(|c| c == "text_to_image"))
+            {
+                return bad(format!(
+                    "legacy model `{legacy}` maps to `{id}`, which is not a text_to_image model"
+                ));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for model in &self.models {
@@ -188,6 +253,17 @@ impl Settings {
                     model.id,
                     model.adapter,
                     crate::providers::ADAPTERS.join(", ")
+                ));
+            }
+            if model.adapter == "openai"
+                && !model
+                    .upstream
+                    .as_ref()
+                    .is_some_and(|u| self.upstreams.contains_key(u))
+            {
+                return bad(format!(
+                    "model `{}` uses the openai adapter: `upstream` must name an [upstreams.*] entry",
+                    model.id
                 ));
             }
             if !seen.insert(model.id.as_str()) {

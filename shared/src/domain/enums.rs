@@ -134,6 +134,17 @@ string_enum! {
     }
 }
 
+impl ModelTier {
+    /// Quota multiplier for speech, transcription, image edits and music.
+    pub fn quota_multiplier(self) -> f64 {
+        match self {
+            ModelTier::Fast => 1.0,
+            ModelTier::Standard => 1.25,
+            ModelTier::Premium => 1.5,
+        }
+    }
+}
+
 string_enum! {
     /// Category a model is listed under.
     ModelCategory {

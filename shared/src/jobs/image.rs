@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ValidationError;
+use super::validate::one_of;
 
 pub const MAX_PROMPT_CHARS: usize = 4000;
 pub const MAX_IMAGES: u32 = 10;
@@ -56,6 +57,9 @@ pub struct ImageParams {
     /// Output dimensions: `size` times the upscale factor.
     pub width: u32,
     pub height: u32,
+    /// Set for legacy logo requests: render a logo instead of a scene.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logo: Option<super::legacy::LogoParams>,
 }
 
 impl ImageGenerationRequest {
@@ -115,23 +119,8 @@ impl ImageGenerationRequest {
             seed: self.seed.unwrap_or(random_seed),
             width: base_width * factor,
             height: base_height * factor,
+            logo: None,
         })
-    }
-}
-
-fn one_of(
-    field: &'static str,
-    value: Option<&str>,
-    allowed: &[&str],
-    default: &str,
-) -> Result<String, ValidationError> {
-    match value {
-        None => Ok(default.to_owned()),
-        Some(v) if allowed.contains(&v) => Ok(v.to_owned()),
-        Some(_) => Err(ValidationError::new(
-            field,
-            format!("{field} must be one of: {}", allowed.join(", ")),
-        )),
     }
 }
 

@@ -1,13 +1,14 @@
 //! Model catalogue and provider adapters. `local` is built in and offline.
 
 pub mod local;
+pub mod openai;
 
 use crate::config::ModelEntry;
 use crate::domain::ModelCategory;
 use crate::jobs::ValidationError;
 
 /// Adapters this build can drive.
-pub const ADAPTERS: [&str; 1] = ["local"];
+pub const ADAPTERS: [&str; 2] = ["local", "openai"];
 
 /// How a provider call failed: transient failures may be retried, permanent
 /// ones fail the job with the provider's reason.
@@ -45,20 +46,50 @@ impl Catalogue {
         requested: Option<&str>,
         category: ModelCategory,
     ) -> Result<&ModelEntry, ValidationError> {
-        let found = match requested {
-            Some(id) => self.get(id).filter(|m| m.category == category),
-            None => self
-                .models
-                .iter()
-                .find(|m| m.category == category && m.default)
-                .or_else(|| self.models.iter().find(|m| m.category == category)),
+        self.resolve_with(requested, category, None)
+    }
+
+    /// Like [`Catalogue::resolve`], restricted to models with `capability`
+    /// (e.g. `image_edit` among image models, `text_to_speech` among audio).
+    pub fn resolve_capable(
+        &self,
+        requested: Option<&str>,
+        category: ModelCategory,
+        capability: &str,
+    ) -> Result<&ModelEntry, ValidationError> {
+        self.resolve_with(requested, category, Some(capability))
+    }
+
+    fn resolve_with(
+        &self,
+        requested: Option<&str>,
+        category: ModelCategory,
+        capability: Option<&str>,
+    ) -> Result<&ModelEntry, ValidationError> {
+        let fits = |m: &&ModelEntry| {
+            m.category == category
+                && capability.is_none_or(|c| m.capabilities.iter().any(|have| have == c))
         };
+        let found = match requested {
+            Some(id) => self.get(id).filter(fits),
+            None => {
+                let candidates: Vec<&ModelEntry> = self.models.iter().filter(fits).collect();
+                candidates
+                    .iter()
+                    .find(|m| m.default)
+                    .or(candidates.first())
+                    .copied()
+            }
+        };
+        let what = capability.map_or_else(|| category.to_string(), |c| c.replace('_', " "));
         found.ok_or_else(|| match requested {
             Some(id) => ValidationError::new(
                 "model",
-                format!("model `{id}` is not an available {category} model; GET /api/v1/models lists them"),
+                format!(
+                    "model `{id}` is not an available {what} model; GET /api/v1/models lists them"
+                ),
             ),
-            None => ValidationError::new("model", format!("no {category} model is configured")),
+            None => ValidationError::new("model", format!("no {what} model is configured")),
         })
     }
 }

@@ -5,6 +5,8 @@ mod publisher;
 mod topology;
 
 pub use publisher::{PublishError, Publisher};
+
+use tokio::sync::Mutex;
 pub use topology::Topology;
 
 use serde::{Deserialize, Serialize};
@@ -18,10 +20,64 @@ pub struct JobMessage {
     pub attempt: i32,
 }
 
+/// A connection attempt (TCP + AMQP handshake) that takes longer is abandoned
+/// and retried by the caller, instead of hanging on a stalled broker.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Broker(#[from] lapin::Error),
+    #[error("connecting to RabbitMQ timed out after {0:?}")]
+    TimedOut(std::time::Duration),
+}
+
 /// Opens a named connection. Callers own reconnection (the publisher lazily,
 /// consumers in a backoff loop), which keeps failure handling in one place.
-pub async fn connect(url: &str, name: &str) -> lapin::Result<lapin::Connection> {
+pub async fn connect(url: &str, name: &str) -> Result<lapin::Connection, ConnectError> {
     let properties =
         lapin::ConnectionProperties::default().with_connection_name(name.to_owned().into());
-    lapin::Connection::connect(url, properties).await
+    tokio::time::timeout(CONNECT_TIMEOUT, lapin::Connection::connect(url, properties))
+        .await
+        .map_err(|_| ConnectError::TimedOut(CONNECT_TIMEOUT))?
+        .map_err(ConnectError::from)
+}
+
+/// One AMQP connection per process, (re)opened on demand, with a channel per
+/// task: brokers handle few connections far better than many.
+pub struct SharedConnection {
+    url: String,
+    name: String,
+    state: Mutex<Option<lapin::Connection>>,
+}
+
+impl SharedConnection {
+    pub fn new(url: &str, name: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            name: name.to_owned(),
+            state: Mutex::new(None),
+        }
+    }
+
+    /// A new channel on the live connection, reconnecting first if it died.
+    pub async fn channel(&self) -> Result<lapin::Channel, ConnectError> {
+        let mut state = self.state.lock().await;
+        if let Some(connection) = state.as_ref().filter(|c| c.status().connected()) {
+            match connection.create_channel().await {
+                Ok(channel) => return Ok(channel),
+                Err(err) => tracing::warn!(error = %err, "opening a channel failed; reconnecting"),
+            }
+        }
+        let connection = connect(&self.url, &self.name).await?;
+        let channel = connection.create_channel().await?;
+        *state = Some(connection);
+        Ok(channel)
+    }
+
+    pub async fn close(&self) {
+        if let Some(connection) = self.state.lock().await.take() {
+            let _ = connection.close(200, "closing".into()).await;
+        }
+    }
 }

@@ -11,6 +11,8 @@ use crate::domain::Tool;
 pub enum PublishError {
     #[error("broker unavailable: {0}")]
     Broker(#[from] lapin::Error),
+    #[error(transparent)]
+    Connect(#[from] super::ConnectError),
     #[error("broker did not confirm the message")]
     NotConfirmed,
     #[error("publish timed out after {0:?}")]
@@ -58,14 +60,6 @@ impl Publisher {
         self.topology.declare(&channel, &tools).await?;
         *state = Some((connection, channel.clone()));
         Ok(channel)
-    }
-
-    pub fn is_connected(&self) -> bool {
-        self.state.try_lock().map_or(true, |state| {
-            state
-                .as_ref()
-                .is_some_and(|(c, ch)| c.status().connected() && ch.status().connected())
-        })
     }
 
     /// Publishes and waits for the broker's confirm, within the timeout.

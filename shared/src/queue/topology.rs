@@ -9,6 +9,7 @@ use crate::config::RabbitSettings;
 #[derive(Debug, Clone)]
 pub struct Topology {
     prefix: String,
+    queue_type: String,
     expires_ms: Option<u32>,
 }
 
@@ -16,6 +17,7 @@ impl Topology {
     pub fn new(settings: &RabbitSettings) -> Self {
         Self {
             prefix: settings.prefix.clone(),
+            queue_type: settings.queue_type.clone(),
             expires_ms: settings.queue_expires_ms,
         }
     }
@@ -64,18 +66,23 @@ impl Topology {
                 dead_args,
             )
             .await?;
-            let args = self.queue_arguments(Some(tool));
+            let args = self.job_queue_arguments(tool);
             self.declare_bound(channel, &self.queue(tool), &self.exchange(), tool, args)
                 .await?;
         }
         Ok(())
     }
 
+    /// The arguments a tool's job queue is declared with.
+    pub fn job_queue_arguments(&self, tool: &str) -> FieldTable {
+        self.queue_arguments(Some(tool))
+    }
+
     fn queue_arguments(&self, dead_letter_to: Option<&str>) -> FieldTable {
         let mut args = FieldTable::default();
         args.insert(
             ShortString::from("x-queue-type"),
-            AMQPValue::LongString("quorum".into()),
+            AMQPValue::LongString(self.queue_type.clone().into()),
         );
         if let Some(tool) = dead_letter_to {
             args.insert(

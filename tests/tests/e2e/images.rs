@@ -227,7 +227,7 @@ async fn invalid_image_requests_are_rejected_with_the_field_named_and_change_not
         (
             json!({"prompt": "x", "model": "acme/unknown"}),
             "model",
-            "model `acme/unknown` is not an available image model; GET /api/v1/models lists them",
+            "model `acme/unknown` is not an available text to image model; GET /api/v1/models lists them",
         ),
     ];
     for (body, field, message) in cases {

@@ -4,5 +4,8 @@
 mod auth;
 mod images;
 mod jobs;
+mod legacy;
+mod media;
 mod ops;
 mod pipeline;
+mod tools;

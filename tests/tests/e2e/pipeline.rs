@@ -9,6 +9,53 @@ use unigen_shared::queue::{JobMessage, Topology};
 use unigen_tests::{TestApp, TestOptions, json_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pipeline_runs_on_quorum_queues() {
+    let app = TestApp::spawn_with(
+        TestOptions::default().configure(|s| s.rabbitmq.queue_type = "quorum".into()),
+    )
+    .await;
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/images/generations",
+            &app.key,
+            &json!({"prompt": "quorum", "size": "512x512"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // The broker really made it a quorum queue: the same arguments redeclare
+    // fine, and differ only in the type from a classic declaration that fails.
+    let topology = Topology::new(&app.settings.rabbitmq);
+    let connection = unigen_shared::queue::connect(&app.settings.rabbitmq.url, "test")
+        .await
+        .unwrap();
+    let declare = |queue_type: &'static str| {
+        let (connection, topology) = (&connection, &topology);
+        async move {
+            let channel = connection.create_channel().await.unwrap();
+            let mut arguments = topology.job_queue_arguments("image");
+            arguments.insert(
+                "x-queue-type".into(),
+                lapin::types::AMQPValue::LongString(queue_type.into()),
+            );
+            let options = QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            };
+            channel
+                .queue_declare(topology.queue("image").into(), options, arguments)
+                .await
+        }
+    };
+    assert!(declare("quorum").await.is_ok());
+    assert!(
+        declare("classic").await.is_err(),
+        "it is not a classic queue"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_accepted_while_the_broker_is_unreachable_are_published_by_the_relay() {
     // The API's broker address is dead; worker and scheduler reach the broker.
     let app = TestApp::spawn_with(

@@ -1,13 +1,11 @@
-//! Image generation: render `n` images, store each, report progress.
+//! Image generation (and legacy logos): render `n` images, store each,
+//! report progress.
 
-use std::time::Duration;
-
-use backon::{ExponentialBuilder, Retryable};
 use serde_json::json;
 use unigen_shared::db::models::Job;
 use unigen_shared::jobs::image::ImageParams;
-use unigen_shared::providers::ProviderError;
 
+use super::{params_of, retry_transient, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
 use crate::execute::Progress;
@@ -18,27 +16,19 @@ pub async fn run(
     job: &Job,
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
-    let params: ImageParams = serde_json::from_value(job.input_params.clone())
-        .map_err(|e| ToolError::InvalidParams(e.to_string()))?;
+    let params: ImageParams = params_of(job)?;
     let mut images = Vec::with_capacity(params.n as usize);
     for index in 0..params.n {
         // Transient provider failures are retried inside the attempt.
-        let png = (|| context.local.generate_image(&params, index))
-            .retry(
-                ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_millis(50))
-                    .with_max_delay(Duration::from_secs(2))
-                    .with_max_times(3)
-                    .with_jitter(),
-            )
-            .when(|e| matches!(e, ProviderError::Transient(_)))
-            .await?;
-        let key = format!("{}/{}/{index}.png", job.org_id, job.id);
-        context
-            .store
-            .put(&key, png)
-            .await
-            .map_err(|e| ToolError::Storage(e.to_string()))?;
+        let png = retry_transient(|| async {
+            if params.logo.is_some() {
+                context.local.generate_logo(&params, index).await
+            } else {
+                context.local.generate_image(&params, index).await
+            }
+        })
+        .await?;
+        let key = store_output(context, job, &format!("{index}.png"), png).await?;
         images.push(json!({ "file": key, "width": params.width, "height": params.height }));
         progress.report(((index + 1) * 100 / params.n) as i16).await;
     }

@@ -1,1 +1,98 @@
+//! One handler per tool. Each reads its stored parameters and inputs, calls
+//! the provider, stores the outputs and says what they cost.
+
+pub mod edit;
 pub mod image;
+pub mod music;
+pub mod speech;
+pub mod transcription;
+pub mod video;
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use serde::de::DeserializeOwned;
+use unigen_shared::db::models::Job;
+use unigen_shared::jobs::StoredInputs;
+use unigen_shared::providers::ProviderError;
+
+use crate::WorkerContext;
+use crate::error::ToolError;
+
+pub fn params_of<T: DeserializeOwned>(job: &Job) -> Result<T, ToolError> {
+    serde_json::from_value(job.input_params.clone())
+        .map_err(|e| ToolError::InvalidParams(e.to_string()))
+}
+
+/// The bytes of a stored input, if the request had that field.
+pub async fn input(
+    context: &WorkerContext,
+    inputs: &StoredInputs,
+    field: &str,
+) -> Result<Option<Vec<u8>>, ToolError> {
+    let Some(stored) = inputs.get(field) else {
+        return Ok(None);
+    };
+    let bytes = context
+        .store
+        .get(&stored.file)
+        .await
+        .map_err(|e| ToolError::Storage(e.to_string()))?
+        .ok_or_else(|| ToolError::InvalidParams(format!("the stored {field} is missing")))?;
+    Ok(Some(bytes))
+}
+
+/// Like [`input`] for a field the parameters require.
+pub async fn required_input(
+    context: &WorkerContext,
+    inputs: &StoredInputs,
+    field: &str,
+) -> Result<Vec<u8>, ToolError> {
+    input(context, inputs, field)
+        .await?
+        .ok_or_else(|| ToolError::InvalidParams(format!("{field} is missing")))
+}
+
+pub async fn store_output(
+    context: &WorkerContext,
+    job: &Job,
+    name: &str,
+    bytes: Vec<u8>,
+) -> Result<String, ToolError> {
+    let key = format!("{}/{}/{name}", job.org_id, job.id);
+    context
+        .store
+        .put(&key, bytes)
+        .await
+        .map_err(|e| ToolError::Storage(e.to_string()))?;
+    Ok(key)
+}
+
+/// Runs CPU-bound work off the async threads.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| {
+        ToolError::Provider(unigen_shared::providers::ProviderError::Permanent(format!(
+            "processing crashed: {e}"
+        )))
+    })?
+}
+
+/// Retries a provider call while it fails transiently (3 retries, 50 ms to
+/// 2 s with jitter); permanent failures return at once.
+pub async fn retry_transient<T, F, Fut>(call: F) -> Result<T, ProviderError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, ProviderError>>,
+{
+    call.retry(
+        ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_secs(2))
+            .with_max_times(3)
+            .with_jitter(),
+    )
+    .when(|e| matches!(e, ProviderError::Transient(_)))
+    .await
+}

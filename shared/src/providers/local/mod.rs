@@ -1,6 +1,12 @@
 //! The built-in offline provider: deterministic from the seed, real files.
 
+pub mod audio;
+pub mod edit;
+pub mod logo;
+pub mod music;
 mod render;
+pub mod speech;
+pub mod video;
 
 use std::time::Duration;
 
@@ -55,7 +61,38 @@ impl LocalProvider {
         .map_err(|e| ProviderError::Permanent(format!("image rendering crashed: {e}")))
     }
 
-    async fn simulate_conditions(&self) -> Result<(), ProviderError> {
+    /// Logo `index` of a legacy logo request, as PNG bytes.
+    pub async fn generate_logo(
+        &self,
+        params: &ImageParams,
+        index: u32,
+    ) -> Result<Vec<u8>, ProviderError> {
+        self.simulate_conditions().await?;
+        let params = params.clone();
+        tokio::task::spawn_blocking(move || {
+            let logo = params.logo.as_ref().expect("called for logo requests");
+            let spec = logo::LogoSpec {
+                prompt: &params.prompt,
+                style: &logo.style,
+                industry: &logo.industry,
+                color_scheme: logo.color_scheme.as_deref(),
+                typography: logo.typography.as_deref(),
+                mood: logo.mood.as_deref(),
+                complexity: logo.complexity,
+                negative_prompt: params.negative_prompt.as_deref(),
+                seed: params.seed.wrapping_add(u64::from(index)),
+                width: params.width,
+                height: params.height,
+            };
+            render::encode_png(&logo::render(&spec))
+        })
+        .await
+        .map_err(|e| ProviderError::Permanent(format!("logo rendering crashed: {e}")))
+    }
+
+    /// Applies the configured latency and failure share; every local tool
+    /// calls this once per provider call.
+    pub async fn simulate_conditions(&self) -> Result<(), ProviderError> {
         if !self.latency.is_zero() {
             tokio::time::sleep(self.latency).await;
         }

@@ -1,0 +1,162 @@
+//! The path every generation endpoint shares: load and store media inputs,
+//! submit the job, answer 202 for `async=true`, or wait and render.
+
+use actix_web::HttpResponse;
+use chrono::Utc;
+use unigen_shared::config::ModelEntry;
+use unigen_shared::db::models::Job;
+use unigen_shared::domain::{JobStatus, Tool};
+use unigen_shared::fetch::Media;
+use unigen_shared::jobs::{MediaRef, NewJobRequest, StoredInput, StoredInputs, ValidationError};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::views::{AsyncJobCreated, JobView};
+use crate::wait;
+
+/// Loads every media field (URL or base64) and checks its format. Nothing is
+/// stored yet, so a request rejected afterwards leaves nothing behind.
+pub async fn fetch_inputs(
+    state: &AppState,
+    refs: Vec<MediaRef>,
+) -> Result<Vec<(&'static str, Media)>, ApiError> {
+    let mut loaded = Vec::with_capacity(refs.len());
+    for media_ref in refs {
+        let media = state
+            .fetcher
+            .load(media_ref.field, &media_ref.source, media_ref.kind)
+            .await
+            .map_err(|e| ApiError::Validation(ValidationError::new(e.field, e.to_string())))?;
+        loaded.push((media_ref.field, media));
+    }
+    Ok(loaded)
+}
+
+/// Stores loaded inputs under the organization; the keys go into the job's
+/// parameters, so the worker never fetches client URLs.
+pub async fn store_inputs(
+    state: &AppState,
+    org_id: Uuid,
+    loaded: Vec<(&'static str, Media)>,
+) -> Result<StoredInputs, ApiError> {
+    let mut stored = StoredInputs::new();
+    for (field, media) in loaded {
+        let key = format!("{org_id}/inputs/{}.{}", Uuid::now_v7(), media.extension);
+        state
+            .store
+            .put(&key, media.bytes)
+            .await
+            .map_err(ApiError::internal)?;
+        stored.insert(field.to_owned(), StoredInput { file: key });
+    }
+    Ok(stored)
+}
+
+/// Width and height of an image input, or a 400 naming the field.
+pub fn image_dimensions(field: &'static str, media: &Media) -> Result<(u32, u32), ApiError> {
+    image::ImageReader::new(std::io::Cursor::new(&media.bytes))
+        .with_guessed_format()
+        .ok()
+        .and_then(|reader| reader.into_dimensions().ok())
+        .ok_or_else(|| {
+            ApiError::Validation(ValidationError::new(
+                field,
+                format!("{field} could not be decoded as an image"),
+            ))
+        })
+}
+
+pub struct Generation<'a> {
+    pub tool: Tool,
+    pub model: &'a ModelEntry,
+    pub params: serde_json::Value,
+    pub estimated_credits: i64,
+    pub is_async: bool,
+    /// Used in the error of a failed sync job: "<what> failed: <reason>".
+    pub what: &'static str,
+}
+
+/// What a generation request led to.
+pub enum Outcome {
+    /// `async=true`: the job was accepted.
+    Accepted(Job),
+    /// Sync, but the wait limit passed first.
+    StillRunning(Job),
+    /// The job completed; the endpoint renders its response.
+    Completed(Job),
+}
+
+impl Outcome {
+    /// The completed job, or the standard 202 answer: the async creation
+    /// body, or the job itself when the wait limit passed.
+    pub fn completed(self, state: &AppState) -> Result<Job, Box<HttpResponse>> {
+        match self {
+            Outcome::Completed(job) => Ok(job),
+            Outcome::Accepted(job) => Err(Box::new(
+                HttpResponse::Accepted().json(AsyncJobCreated::from(&job)),
+            )),
+            Outcome::StillRunning(job) => Err(Box::new(
+                HttpResponse::Accepted().json(JobView::new(&job, &state.signer, Utc::now())),
+            )),
+        }
+    }
+}
+
+/// Submits; answers 202 with the job for `async`, or waits for the job and
+/// returns it completed (a failed or cancelled job is an error).
+pub async fn run(
+    state: &AppState,
+    caller: &Caller,
+    generation: Generation<'_>,
+) -> Result<Outcome, ApiError> {
+    let job = state
+        .submitter
+        .submit(NewJobRequest {
+            org_id: caller.org_id,
+            api_key_id: caller.key_id,
+            tool: generation.tool,
+            model: generation.model,
+            input_params: generation.params,
+            estimated_credits: generation.estimated_credits,
+        })
+        .await?;
+    state.metrics.job_submitted(generation.tool);
+    if generation.is_async {
+        return Ok(Outcome::Accepted(job));
+    }
+    let job = wait::until_finished(state, caller.org_id, job.id, state.limits.sync_wait).await?;
+    match job.status.parse::<JobStatus>() {
+        Ok(JobStatus::Completed) => Ok(Outcome::Completed(job)),
+        Ok(JobStatus::Failed) => Err(ApiError::GenerationFailed(format!(
+            "{} failed: {}",
+            generation.what,
+            job.error_message.as_deref().unwrap_or("unknown error")
+        ))),
+        Ok(JobStatus::Cancelled) => Err(ApiError::JobCancelled),
+        Ok(JobStatus::Pending | JobStatus::Processing) | Err(_) => Ok(Outcome::StillRunning(job)),
+    }
+}
+
+/// The job's output presented (file keys signed into URLs), or a 500 when a
+/// completed job has none (a worker bug, logged).
+pub fn presented_output(state: &AppState, job: &Job) -> Result<serde_json::Value, ApiError> {
+    job.output_data
+        .as_ref()
+        .map(|o| unigen_shared::storage::present_files(o, &state.signer, Utc::now().timestamp()))
+        .ok_or_else(|| {
+            ApiError::internal(anyhow::anyhow!("completed job {} has no output", job.id))
+        })
+}
+
+pub fn random_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("OS random source");
+    // Below 2^53, so the seed survives JavaScript clients' numbers.
+    u64::from_le_bytes(bytes) >> 11
+}
+
+pub fn malformed(job: &Job) -> ApiError {
+    ApiError::internal(anyhow::anyhow!("job {} has malformed output", job.id))
+}

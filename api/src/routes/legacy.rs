@@ -1,0 +1,187 @@
+//! The legacy image and logo interface. Every answer, errors included, is the
+//! envelope `{success, data, error, meta}`:
+//! - `data`: `{images: [{url, width, height, seed}], model, resolved_model,
+//!   prompt, job_id}` (or `{job_id, status}` for `async=true`);
+//! - `error`: `{code, message, field}` or null;
+//! - `meta`: `{request_id, created, processing_ms, credits_used}`.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use actix_web::{HttpResponse, ResponseError, post, web};
+use serde_json::{Value, json};
+use unigen_shared::db::models::Job;
+use unigen_shared::domain::{Scope, Tool};
+use unigen_shared::jobs::image::ImageParams;
+use unigen_shared::jobs::legacy::{LegacyExtras, LegacyGenerateRequest, LegacyLogoRequest};
+
+use super::generation::{self, Generation, Outcome, random_seed};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::routes::params::{json_body, query_bool};
+use crate::state::AppState;
+
+fn envelope_error(err: &ApiError, started: Instant) -> HttpResponse {
+    let status = err.status_code();
+    let (code, field) = match err {
+        ApiError::Validation(v) => ("invalid_request", Some(v.field)),
+        other => (other.code(), None),
+    };
+    let message = if matches!(err, ApiError::Internal(_)) {
+        // Logged by the standard renderer; the client gets the generic text.
+        let _ = err.error_response();
+        "internal error".to_owned()
+    } else {
+        err.to_string()
+    };
+    HttpResponse::build(status).json(json!({
+        "success": false,
+        "data": null,
+        "error": { "code": code, "message": message, "field": field },
+        "meta": { "request_id": uuid::Uuid::now_v7(), "processing_ms": started.elapsed().as_millis() as u64 },
+    }))
+}
+
+fn envelope_ok(job: &Job, data: Value, started: Instant) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "success": true,
+        "data": data,
+        "error": null,
+        "meta": {
+            "request_id": job.id,
+            "created": job.created_at.timestamp(),
+            "processing_ms": started.elapsed().as_millis() as u64,
+            "credits_used": job.actual_credits.unwrap_or(0),
+        },
+    }))
+}
+
+async fn submit(
+    state: &AppState,
+    caller: &Caller,
+    is_async: bool,
+    params: ImageParams,
+    extras: LegacyExtras,
+    started: Instant,
+) -> Result<HttpResponse, ApiError> {
+    let model_id = state
+        .legacy_models
+        .get(&extras.legacy_model)
+        .ok_or_else(|| {
+            ApiError::internal(anyhow::anyhow!("no mapping for {}", extras.legacy_model))
+        })?;
+    let model = state.catalogue.get(model_id).ok_or_else(|| {
+        ApiError::internal(anyhow::anyhow!("legacy model maps to unknown {model_id}"))
+    })?;
+    let mut stored = serde_json::to_value(&params).map_err(ApiError::internal)?;
+    stored["legacy"] = serde_json::to_value(&extras).map_err(ApiError::internal)?;
+    let generation = Generation {
+        tool: Tool::Image,
+        model,
+        estimated_credits: model.credits_per_unit * i64::from(params.n),
+        params: stored,
+        is_async,
+        what: "image generation",
+    };
+    let job = match generation::run(state, caller, generation).await? {
+        Outcome::Completed(job) => job,
+        Outcome::Accepted(job) | Outcome::StillRunning(job) => {
+            return Ok(HttpResponse::Accepted().json(json!({
+                "success": true,
+                "data": { "job_id": job.id, "status": job.status },
+                "error": null,
+                "meta": {
+                    "request_id": job.id,
+                    "created": job.created_at.timestamp(),
+                    "processing_ms": started.elapsed().as_millis() as u64,
+                },
+            })));
+        }
+    };
+    let output = generation::presented_output(state, &job)?;
+    let images: Vec<Value> = output["images"]
+        .as_array()
+        .ok_or_else(|| generation::malformed(&job))?
+        .iter()
+        .enumerate()
+        .map(|(i, image)| {
+            json!({ "url": image["url"], "width": image["width"], "height": image["height"], "seed": params.seed + i as u64 })
+        })
+        .collect();
+    let data = json!({
+        "images": images,
+        "model": extras.legacy_model,
+        "resolved_model": job.model,
+        "prompt": params.prompt,
+        "job_id": job.id,
+    });
+    Ok(envelope_ok(&job, data, started))
+}
+
+/// Legacy image generation (envelope response).
+#[utoipa::path(
+    tag = "legacy",
+    request_body = LegacyGenerateRequest,
+    params(("async" = Option<bool>, Query, description = "Answer at once with the job id (default false)")),
+    responses(
+        (status = 200, description = "`{success: true, data: {images: [{url, width, height, seed}], model, resolved_model, prompt, job_id}, error: null, meta: {request_id, created, processing_ms, credits_used}}`", body = Object),
+        (status = 202, description = "`{success: true, data: {job_id, status}, ...}`", body = Object),
+        (status = 400, description = "`{success: false, data: null, error: {code, message, field}, meta}`", body = Object),
+        (status = 401, body = Object),
+        (status = 403, body = Object),
+    ),
+    security(("bearer" = ["image"]))
+)]
+#[post("/ai-image/generate")]
+pub async fn legacy_generate(
+    state: web::Data<AppState>,
+    caller: Result<Caller, ApiError>,
+    query: web::Query<HashMap<String, String>>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let started = Instant::now();
+    let result = async {
+        let caller = caller?;
+        caller.require(Scope::Image)?;
+        let is_async = query_bool(&query, "async", false)?;
+        let request: LegacyGenerateRequest = json_body(&body)?;
+        let (params, extras) = request.validate(random_seed())?;
+        submit(&state, &caller, is_async, params, extras, started).await
+    }
+    .await;
+    result.unwrap_or_else(|err| envelope_error(&err, started))
+}
+
+/// Legacy logo generation (envelope response): an emblem and the brand name.
+#[utoipa::path(
+    tag = "legacy",
+    request_body = LegacyLogoRequest,
+    params(("async" = Option<bool>, Query, description = "Answer at once with the job id (default false)")),
+    responses(
+        (status = 200, description = "Same envelope as /ai-image/generate", body = Object),
+        (status = 202, body = Object),
+        (status = 400, body = Object),
+        (status = 401, body = Object),
+        (status = 403, body = Object),
+    ),
+    security(("bearer" = ["image"]))
+)]
+#[post("/ai-image/logo")]
+pub async fn legacy_logo(
+    state: web::Data<AppState>,
+    caller: Result<Caller, ApiError>,
+    query: web::Query<HashMap<String, String>>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let started = Instant::now();
+    let result = async {
+        let caller = caller?;
+        caller.require(Scope::Image)?;
+        let is_async = query_bool(&query, "async", false)?;
+        let request: LegacyLogoRequest = json_body(&body)?;
+        let (params, extras) = request.validate(random_seed())?;
+        submit(&state, &caller, is_async, params, extras, started).await
+    }
+    .await;
+    result.unwrap_or_else(|err| envelope_error(&err, started))
+}

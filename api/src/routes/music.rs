@@ -1,0 +1,70 @@
+use std::collections::HashMap;
+
+use actix_web::{HttpResponse, post, web};
+use serde_json::json;
+use unigen_shared::domain::{ModelCategory, Scope, Tool};
+use unigen_shared::jobs::music::MusicGenerationRequest;
+
+use super::generation::{self, Generation, random_seed};
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::{json_body, query_bool};
+use crate::state::AppState;
+use crate::views::{AsyncJobCreated, job_usage};
+
+/// Generate music from text or from source audio. Async by default.
+#[utoipa::path(
+    tag = "music",
+    request_body = MusicGenerationRequest,
+    params(("async" = Option<bool>, Query, description = "Default true: answer at once with the job")),
+    responses(
+        (status = 200, description = "`{created, data: {audio_url, duration_seconds}, model, model_tier, usage}`", body = Object),
+        (status = 202, description = "Async job created", body = AsyncJobCreated),
+        (status = 400, description = "prompt missing; duration_seconds above the model maximum", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: music", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+    ),
+    security(("bearer" = ["music"]))
+)]
+#[post("/music/generations")]
+pub async fn create_music_generation(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<HashMap<String, String>>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Music)?;
+    let is_async = query_bool(&query, "async", true)?;
+    let request: MusicGenerationRequest = json_body(&body)?;
+    let model = state
+        .catalogue
+        .resolve(request.model.as_deref(), ModelCategory::Music)?;
+    let max_duration = model.max_duration_seconds.unwrap_or(47.0);
+    let (mut params, media) = request.validate(random_seed(), &model.id, max_duration)?;
+    let loaded = generation::fetch_inputs(&state, media).await?;
+    params.inputs = generation::store_inputs(&state, caller.org_id, loaded).await?;
+    let generation = Generation {
+        tool: Tool::Music,
+        model,
+        estimated_credits: model.credits_per_unit,
+        params: serde_json::to_value(&params).map_err(ApiError::internal)?,
+        is_async,
+        what: "music generation",
+    };
+    let job = match generation::run(&state, &caller, generation)
+        .await?
+        .completed(&state)
+    {
+        Ok(job) => job,
+        Err(response) => return Ok(*response),
+    };
+    let output = generation::presented_output(&state, &job)?;
+    Ok(HttpResponse::Ok().json(json!({
+        "created": job.created_at.timestamp(),
+        "data": { "audio_url": output["audio"]["url"], "duration_seconds": output["audio"]["duration_seconds"] },
+        "model": job.model,
+        "model_tier": job.model_tier,
+        "usage": job_usage(&job),
+    })))
+}

@@ -1,0 +1,123 @@
+use std::collections::HashMap;
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, post, web};
+use serde_json::json;
+use unigen_shared::domain::{ModelCategory, Scope, Tool};
+use unigen_shared::jobs::speech::SpeechRequest;
+
+use super::generation::{self, Generation};
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::{json_body, query_bool};
+use crate::state::AppState;
+use crate::views::{AsyncJobCreated, job_usage};
+
+/// Clients such as the OpenAI SDKs ask for the audio itself (`Accept:
+/// application/octet-stream` or `audio/*`); others get the spec's JSON.
+fn wants_raw_audio(request: &HttpRequest) -> bool {
+    request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| {
+            accept.contains("application/octet-stream") || accept.contains("audio/")
+        })
+}
+
+fn content_type(format: &str) -> &'static str {
+    match format {
+        "wav" => "audio/wav",
+        "opus" => "audio/ogg",
+        "aac" => "audio/aac",
+        _ => "audio/mpeg",
+    }
+}
+
+/// Text to speech. Answers `{created, audio_url, duration_seconds,
+/// character_count, model, model_tier, usage}`, or the audio bytes when the
+/// client asks for audio (`Accept: audio/*` or `application/octet-stream`).
+#[utoipa::path(
+    tag = "audio",
+    request_body = SpeechRequest,
+    params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
+    responses(
+        (status = 200, description = "JSON with `audio_url`, or the audio itself", body = Object),
+        (status = 202, description = "Async job created", body = AsyncJobCreated),
+        (status = 400, description = "input missing or empty; input longer than 10,000 chars; speed outside 0.25 to 4.0", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: tts", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+    ),
+    security(("bearer" = ["tts"]))
+)]
+#[post("/audio/speech")]
+pub async fn create_speech(
+    state: web::Data<AppState>,
+    caller: Caller,
+    http: HttpRequest,
+    query: web::Query<HashMap<String, String>>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Tts)?;
+    let is_async = query_bool(&query, "async", false)?;
+    let request: SpeechRequest = json_body(&body)?;
+    let model = state.catalogue.resolve_capable(
+        request.model.as_deref(),
+        ModelCategory::Audio,
+        "text_to_speech",
+    )?;
+    let (mut params, media) = request.validate()?;
+    let loaded = generation::fetch_inputs(&state, media).await?;
+    params.inputs = generation::store_inputs(&state, caller.org_id, loaded).await?;
+    let characters = params.character_count() as i64;
+    let raw = wants_raw_audio(&http);
+    let generation = Generation {
+        tool: Tool::Tts,
+        model,
+        estimated_credits: model.credits_per_unit * ((characters + 999) / 1000),
+        params: serde_json::to_value(&params).map_err(ApiError::internal)?,
+        is_async,
+        what: "speech synthesis",
+    };
+    let job = match generation::run(&state, &caller, generation)
+        .await?
+        .completed(&state)
+    {
+        Ok(job) => job,
+        Err(response) => return Ok(*response),
+    };
+    if raw {
+        let key = job
+            .output_data
+            .as_ref()
+            .and_then(|o| o["audio_file"].as_str())
+            .ok_or_else(|| generation::malformed(&job))?;
+        let bytes = state
+            .store
+            .get(key)
+            .await
+            .map_err(ApiError::internal)?
+            .ok_or_else(|| generation::malformed(&job))?;
+        return Ok(HttpResponse::Ok()
+            .content_type(content_type(&params_format(&job)))
+            .body(bytes));
+    }
+    let output = generation::presented_output(&state, &job)?;
+    Ok(HttpResponse::Ok().json(json!({
+        "created": job.created_at.timestamp(),
+        "audio_url": output["audio_url"],
+        "duration_seconds": output["duration_seconds"],
+        "character_count": output["character_count"],
+        "model": job.model,
+        "model_tier": job.model_tier,
+        "usage": job_usage(&job),
+    })))
+}
+
+fn params_format(job: &unigen_shared::db::models::Job) -> String {
+    job.input_params["response_format"]
+        .as_str()
+        .unwrap_or("mp3")
+        .to_owned()
+}

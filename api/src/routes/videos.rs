@@ -1,0 +1,80 @@
+use std::collections::HashMap;
+
+use actix_web::{HttpResponse, post, web};
+use serde_json::json;
+use unigen_shared::domain::{ModelCategory, Scope, Tool};
+use unigen_shared::jobs::video::VideoGenerationRequest;
+
+use super::generation::{self, Generation, image_dimensions, random_seed};
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::{json_body, query_bool};
+use crate::state::AppState;
+use crate::views::{AsyncJobCreated, job_usage};
+
+/// Generate an MP4 (H.264) video from text, an image or a video. Async by
+/// default (`async=false` waits).
+#[utoipa::path(
+    tag = "video",
+    request_body = VideoGenerationRequest,
+    params(("async" = Option<bool>, Query, description = "Default true: answer at once with the job")),
+    responses(
+        (status = 200, description = "`{created, data: {url, duration_seconds, width, height}, model, model_tier, usage}`", body = Object),
+        (status = 202, description = "Async job created", body = AsyncJobCreated),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: video", body = ErrorBody),
+        (status = 500, body = ErrorBody),
+    ),
+    security(("bearer" = ["video"]))
+)]
+#[post("/videos/generations")]
+pub async fn create_video_generation(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<HashMap<String, String>>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Video)?;
+    let is_async = query_bool(&query, "async", true)?;
+    let request: VideoGenerationRequest = json_body(&body)?;
+    let model = state
+        .catalogue
+        .resolve(request.model.as_deref(), ModelCategory::Video)?;
+    let (mut params, media) =
+        request.validate(random_seed(), model.max_duration_seconds.unwrap_or(10.0))?;
+    let loaded = generation::fetch_inputs(&state, media).await?;
+    if let Some((field, image)) = loaded.iter().find(|(field, _)| *field == "source_image") {
+        image_dimensions(field, image)?;
+    }
+    params.inputs = generation::store_inputs(&state, caller.org_id, loaded).await?;
+    let generation = Generation {
+        tool: Tool::Video,
+        model,
+        estimated_credits: model.credits_per_unit * params.duration_seconds.ceil() as i64,
+        params: serde_json::to_value(&params).map_err(ApiError::internal)?,
+        is_async,
+        what: "video generation",
+    };
+    let job = match generation::run(&state, &caller, generation)
+        .await?
+        .completed(&state)
+    {
+        Ok(job) => job,
+        Err(response) => return Ok(*response),
+    };
+    let output = generation::presented_output(&state, &job)?;
+    let video = &output["video"];
+    Ok(HttpResponse::Ok().json(json!({
+        "created": job.created_at.timestamp(),
+        "data": {
+            "url": video["url"],
+            "duration_seconds": video["duration"],
+            "width": video["width"],
+            "height": video["height"],
+        },
+        "model": job.model,
+        "model_tier": job.model_tier,
+        "usage": job_usage(&job),
+    })))
+}

@@ -1,0 +1,292 @@
+//! Adapter for OpenAI-compatible upstreams (OpenAI, vLLM, llama.cpp, the
+//! local Whisper sidecar...). Failures are classified here, once: 4xx other
+//! than 408/429 are permanent, 408/429/5xx and connection errors transient
+//! and retried with backoff (honouring `Retry-After`). Upstream bodies and
+//! keys never reach clients; only a short upstream message for 4xx does.
+
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use reqwest::multipart::{Form, Part};
+use serde::Deserialize;
+
+use super::ProviderError;
+use crate::config::UpstreamSettings;
+use crate::jobs::transcription::{Segment, Transcript, Word};
+
+const MAX_RETRIES: usize = 3;
+
+#[derive(Clone)]
+pub struct OpenAiClient {
+    base_url: String,
+    api_key: String,
+    http: reqwest::Client,
+}
+
+/// A failed attempt: the error and how long the upstream asked us to wait.
+struct Attempt {
+    error: ProviderError,
+    retry_after: Option<Duration>,
+}
+
+#[derive(Deserialize)]
+struct VerboseTranscription {
+    text: String,
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    duration: Option<f64>,
+    #[serde(default)]
+    segments: Vec<VerboseSegment>,
+    #[serde(default)]
+    words: Option<Vec<Word>>,
+}
+
+#[derive(Deserialize)]
+struct VerboseSegment {
+    start: f64,
+    end: f64,
+    text: String,
+    #[serde(default)]
+    speaker: Option<String>,
+}
+
+/// Options of one transcription call.
+pub struct TranscribeOptions<'a> {
+    pub model: &'a str,
+    pub language: Option<&'a str>,
+    pub words: bool,
+    pub diarization: bool,
+    pub translate: bool,
+}
+
+impl OpenAiClient {
+    pub fn new(settings: &UpstreamSettings) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(settings.timeout_seconds))
+            .no_proxy()
+            .build()
+            .expect("the HTTP client configuration is valid");
+        Self {
+            base_url: settings.base_url.trim_end_matches('/').to_owned(),
+            api_key: settings.api_key.clone(),
+            http,
+        }
+    }
+
+    /// `POST {base}/audio/transcriptions` (or `/audio/translations` when
+    /// translating) with `response_format=verbose_json`.
+    pub async fn transcribe(
+        &self,
+        audio: Vec<u8>,
+        filename: &str,
+        options: &TranscribeOptions<'_>,
+    ) -> Result<Transcript, ProviderError> {
+        let endpoint = if options.translate {
+            "audio/translations"
+        } else {
+            "audio/transcriptions"
+        };
+        let attempt = || async {
+            let mut form = Form::new()
+                .part(
+                    "file",
+                    Part::bytes(audio.clone()).file_name(filename.to_owned()),
+                )
+                .text("model", options.model.to_owned())
+                .text("response_format", "verbose_json")
+                .text("timestamp_granularities[]", "segment");
+            if options.words {
+                form = form.text("timestamp_granularities[]", "word");
+            }
+            if let Some(language) = options.language {
+                form = form.text("language", language.to_owned());
+            }
+            if options.diarization {
+                form = form.text("diarization", "true");
+            }
+            let request = self
+                .http
+                .post(format!("{}/{endpoint}", self.base_url))
+                .multipart(form);
+            let response = self
+                .authorized(request)
+                .send()
+                .await
+                .map_err(connection_failure)?;
+            read_json::<VerboseTranscription>(response).await
+        };
+        let verbose = self.with_retries(attempt).await?;
+        Ok(into_transcript(verbose, options.words))
+    }
+
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        if self.api_key.is_empty() {
+            request
+        } else {
+            request.bearer_auth(&self.api_key)
+        }
+    }
+
+    async fn with_retries<T, F, Fut>(&self, attempt: F) -> Result<T, ProviderError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Attempt>>,
+    {
+        attempt
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(200))
+                    .with_max_delay(Duration::from_secs(10))
+                    .with_max_times(MAX_RETRIES)
+                    .with_jitter(),
+            )
+            .when(|failed: &Attempt| matches!(failed.error, ProviderError::Transient(_)))
+            .adjust(|failed: &Attempt, planned| failed.retry_after.or(planned))
+            .await
+            .map_err(|failed| failed.error)
+    }
+}
+
+fn connection_failure(err: reqwest::Error) -> Attempt {
+    let reason = if err.is_timeout() {
+        "the upstream timed out"
+    } else {
+        "the upstream could not be reached"
+    };
+    Attempt {
+        error: ProviderError::Transient(reason.into()),
+        retry_after: None,
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    response: reqwest::Response,
+) -> Result<T, Attempt> {
+    let status = response.status();
+    if status.is_success() {
+        return response.json::<T>().await.map_err(|err| Attempt {
+            error: ProviderError::Permanent(format!(
+                "the upstream answered an unreadable response: {err}"
+            )),
+            retry_after: None,
+        });
+    }
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|secs| Duration::from_secs(secs.min(60)));
+    let body = response.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v["error"]["message"]
+                .as_str()
+                .map(|m| m.chars().take(200).collect::<String>())
+        });
+    let error = match status.as_u16() {
+        408 | 429 | 500..=599 => {
+            ProviderError::Transient(format!("the upstream answered {status}"))
+        }
+        _ => ProviderError::Permanent(
+            message.unwrap_or_else(|| format!("the upstream rejected the request ({status})")),
+        ),
+    };
+    Err(Attempt { error, retry_after })
+}
+
+/// Words are reported both top-level and nested in the segment holding
+/// their midpoint; language names are turned into ISO codes.
+fn into_transcript(verbose: VerboseTranscription, with_words: bool) -> Transcript {
+    let words = if with_words {
+        verbose.words.clone()
+    } else {
+        None
+    };
+    let segments = verbose
+        .segments
+        .into_iter()
+        .map(|s| {
+            let nested = words.as_ref().map(|all| {
+                all.iter()
+                    .filter(|w| {
+                        let mid = (w.start + w.end) / 2.0;
+                        mid >= s.start && mid < s.end.max(s.start + f64::EPSILON)
+                    })
+                    .cloned()
+                    .collect()
+            });
+            Segment {
+                start: s.start,
+                end: s.end,
+                text: s.text.trim().to_owned(),
+                speaker: s.speaker,
+                words: nested,
+            }
+        })
+        .collect::<Vec<_>>();
+    let duration = verbose
+        .duration
+        .unwrap_or_else(|| segments.last().map_or(0.0, |s| s.end));
+    Transcript {
+        text: verbose.text.trim().to_owned(),
+        segments,
+        language: verbose
+            .language
+            .as_deref()
+            .map_or_else(|| "en".to_owned(), language_code),
+        duration,
+        words,
+    }
+}
+
+/// OpenAI's verbose_json reports language names ("english").
+fn language_code(name: &str) -> String {
+    const NAMES: [(&str, &str); 12] = [
+        ("english", "en"),
+        ("german", "de"),
+        ("french", "fr"),
+        ("spanish", "es"),
+        ("italian", "it"),
+        ("portuguese", "pt"),
+        ("dutch", "nl"),
+        ("russian", "ru"),
+        ("chinese", "zh"),
+        ("japanese", "ja"),
+        ("korean", "ko"),
+        ("arabic", "ar"),
+    ];
+    let lower = name.to_ascii_lowercase();
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == lower)
+        .map_or(lower, |(_, code)| (*code).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_nested_into_their_segments_and_languages_become_codes() {
+        let verbose: VerboseTranscription = serde_json::from_value(serde_json::json!({
+            "text": " Hello world. Bye.", "language": "english", "duration": 3.0,
+            "segments": [{"start": 0.0, "end": 1.5, "text": " Hello world."}, {"start": 1.5, "end": 3.0, "text": " Bye."}],
+            "words": [{"word": "Hello", "start": 0.1, "end": 0.5}, {"word": "world", "start": 0.6, "end": 1.2},
+                      {"word": "Bye", "start": 1.8, "end": 2.2}]
+        }))
+        .unwrap();
+        let transcript = into_transcript(verbose, true);
+        assert_eq!(transcript.language, "en");
+        assert_eq!(transcript.text, "Hello world. Bye.");
+        assert_eq!(transcript.segments[0].words.as_ref().unwrap().len(), 2);
+        assert_eq!(
+            transcript.segments[1].words.as_ref().unwrap()[0].word,
+            "Bye"
+        );
+        assert_eq!(transcript.words.as_ref().unwrap().len(), 3);
+    }
+}

@@ -1,0 +1,99 @@
+//! Image edits with classical image processing.
+
+use image::imageops::FilterType;
+use serde_json::json;
+use unigen_shared::db::models::Job;
+use unigen_shared::jobs::edit::EditParams;
+use unigen_shared::jobs::image::parse_size;
+use unigen_shared::providers::ProviderError;
+use unigen_shared::providers::local::edit::{self, Direction, EditOperation, EditSpec};
+
+use super::{blocking, input, params_of, required_input, store_output};
+use crate::WorkerContext;
+use crate::error::ToolError;
+use crate::execute::Progress;
+use crate::registry::ToolOutput;
+
+fn operation(name: &str) -> Option<EditOperation> {
+    Some(match name {
+        "inpainting" => EditOperation::Inpainting,
+        "outpainting" => EditOperation::Outpainting,
+        "backgroundRemoval" => EditOperation::BackgroundRemoval,
+        "backgroundReplace" => EditOperation::BackgroundReplace,
+        "objectRemoval" => EditOperation::ObjectRemoval,
+        "superResolution" => EditOperation::SuperResolution,
+        "faceEnhancement" => EditOperation::FaceEnhancement,
+        "colorization" => EditOperation::Colorization,
+        "styleTransfer" => EditOperation::StyleTransfer,
+        _ => return None,
+    })
+}
+
+fn direction(name: Option<&str>) -> Direction {
+    match name {
+        Some("left") => Direction::Left,
+        Some("right") => Direction::Right,
+        Some("top") => Direction::Top,
+        Some("bottom") => Direction::Bottom,
+        _ => Direction::All,
+    }
+}
+
+fn undecodable(field: &str) -> ToolError {
+    ToolError::Provider(ProviderError::Permanent(format!(
+        "the {field} could not be decoded"
+    )))
+}
+
+pub async fn run(
+    context: &WorkerContext,
+    job: &Job,
+    progress: &Progress<'_>,
+) -> Result<ToolOutput, ToolError> {
+    let params: EditParams = params_of(job)?;
+    let op = operation(&params.operation).ok_or_else(|| {
+        ToolError::InvalidParams(format!("unknown operation {}", params.operation))
+    })?;
+    super::retry_transient(|| context.local.simulate_conditions()).await?;
+    let image_bytes = required_input(context, &params.inputs, "image").await?;
+    let mask_bytes = input(context, &params.inputs, "mask").await?;
+    progress.report(10).await;
+    let png = params.output_is_png();
+    let (bytes, width, height) = blocking(move || {
+        let image = image::load_from_memory(&image_bytes).map_err(|_| undecodable("image"))?;
+        let mask = match mask_bytes {
+            Some(bytes) => Some(
+                image::load_from_memory(&bytes)
+                    .map_err(|_| undecodable("mask"))?
+                    .to_luma8(),
+            ),
+            None => None,
+        };
+        let spec = EditSpec {
+            operation: op,
+            prompt: params.prompt.as_deref(),
+            strength: params.strength as f32,
+            seed: params.seed,
+            direction: direction(params.direction.as_deref()),
+            expand_pixels: params.expand_pixels,
+            new_background: params.new_background.as_deref(),
+            scale: params.scale,
+        };
+        let mut result = edit::apply(&spec, &image, mask.as_ref())?;
+        if let Some((w, h)) = params.size.as_deref().and_then(parse_size) {
+            result = result.resize_exact(w, h, FilterType::Lanczos3);
+        }
+        let bytes = if png {
+            edit::encode_png(&result)
+        } else {
+            edit::encode_jpeg(&result)
+        };
+        Ok((bytes, result.width(), result.height()))
+    })
+    .await?;
+    let key = store_output(context, job, if png { "0.png" } else { "0.jpg" }, bytes).await?;
+    Ok(ToolOutput {
+        output: json!({ "images": [{ "file": key, "width": width, "height": height }] }),
+        actual_credits: job.estimated_credits,
+    })
+}

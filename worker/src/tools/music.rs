@@ -1,0 +1,54 @@
+//! Music synthesized from the prompt (or transformed from source audio).
+
+use serde_json::json;
+use unigen_shared::db::models::Job;
+use unigen_shared::jobs::music::MusicParams;
+use unigen_shared::providers::local::audio::{self, AudioFormat};
+use unigen_shared::providers::local::music::{self, MusicSpec, SAMPLE_RATE};
+
+use super::{input, params_of, store_output};
+use crate::WorkerContext;
+use crate::error::ToolError;
+use crate::execute::Progress;
+use crate::registry::ToolOutput;
+
+pub async fn run(
+    context: &WorkerContext,
+    job: &Job,
+    progress: &Progress<'_>,
+) -> Result<ToolOutput, ToolError> {
+    let params: MusicParams = params_of(job)?;
+    let format = if params.output_format == "wav" {
+        AudioFormat::Wav
+    } else {
+        AudioFormat::Mp3
+    };
+    let source = match input(context, &params.inputs, "source_audio").await? {
+        Some(bytes) => Some(audio::decode_to_pcm(bytes, SAMPLE_RATE).await?),
+        None => None,
+    };
+    super::retry_transient(|| context.local.simulate_conditions()).await?;
+    progress.report(20).await;
+    let track = music::generate(&MusicSpec {
+        prompt: &params.prompt,
+        negative_prompt: params.negative_prompt.as_deref(),
+        seed: params.seed,
+        duration_seconds: params.duration_seconds,
+        format,
+        source: source.as_deref(),
+    })
+    .await?;
+    let key = store_output(
+        context,
+        job,
+        &format!("music.{}", format.extension()),
+        track.bytes,
+    )
+    .await?;
+    Ok(ToolOutput {
+        output: json!({ "audio": {
+            "file": key, "duration_seconds": track.duration_seconds, "format": params.output_format,
+        }}),
+        actual_credits: job.estimated_credits,
+    })
+}

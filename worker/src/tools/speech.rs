@@ -1,0 +1,59 @@
+//! Text to speech with espeak-ng.
+
+use serde_json::json;
+use unigen_shared::db::models::Job;
+use unigen_shared::jobs::speech::SpeechParams;
+use unigen_shared::providers::local::audio::AudioFormat;
+use unigen_shared::providers::local::speech::{self, SpeechSpec};
+
+use super::{params_of, store_output};
+use crate::WorkerContext;
+use crate::error::ToolError;
+use crate::execute::Progress;
+use crate::registry::ToolOutput;
+
+pub fn format(name: &str) -> AudioFormat {
+    match name {
+        "wav" => AudioFormat::Wav,
+        "opus" => AudioFormat::Opus,
+        "aac" => AudioFormat::Aac,
+        _ => AudioFormat::Mp3,
+    }
+}
+
+pub async fn run(
+    context: &WorkerContext,
+    job: &Job,
+    progress: &Progress<'_>,
+) -> Result<ToolOutput, ToolError> {
+    let params: SpeechParams = params_of(job)?;
+    let format = format(&params.response_format);
+    super::retry_transient(|| context.local.simulate_conditions()).await?;
+    progress.report(10).await;
+    // `reference_audio` is kept with the job; espeak-ng cannot clone voices.
+    let speech = speech::synthesize(&SpeechSpec {
+        text: &params.input,
+        voice: &params.voice,
+        speed: params.speed as f32,
+        format,
+    })
+    .await?;
+    let key = store_output(
+        context,
+        job,
+        &format!("speech.{}", format.extension()),
+        speech.bytes,
+    )
+    .await?;
+    let characters = params.character_count() as i64;
+    let price = job.estimated_credits / ((characters + 999) / 1000).max(1);
+    Ok(ToolOutput {
+        output: json!({
+            "audio_file": key,
+            "duration_seconds": speech.duration_seconds,
+            "character_count": characters,
+            "format": params.response_format,
+        }),
+        actual_credits: price * ((characters + 999) / 1000),
+    })
+}

@@ -1,0 +1,83 @@
+//! Video generation: frames rendered in Rust, encoded by ffmpeg.
+
+use serde_json::json;
+use unigen_shared::db::models::Job;
+use unigen_shared::jobs::video::VideoParams;
+use unigen_shared::providers::ProviderError;
+use unigen_shared::providers::local::video::{self, VideoMode, VideoSpec};
+
+use super::{input, params_of, store_output};
+use crate::WorkerContext;
+use crate::error::ToolError;
+use crate::execute::Progress;
+use crate::registry::ToolOutput;
+
+pub async fn run(
+    context: &WorkerContext,
+    job: &Job,
+    progress: &Progress<'_>,
+) -> Result<ToolOutput, ToolError> {
+    let params: VideoParams = params_of(job)?;
+    let (width, height) =
+        video::dimensions(&params.resolution, &params.aspect_ratio).ok_or_else(|| {
+            ToolError::InvalidParams(format!("{} at {}", params.resolution, params.aspect_ratio))
+        })?;
+    let mode = match params.mode.as_str() {
+        "image_to_video" => VideoMode::ImageToVideo,
+        "video_to_video" => VideoMode::VideoToVideo,
+        _ => VideoMode::TextToVideo,
+    };
+    super::retry_transient(|| context.local.simulate_conditions()).await?;
+    let source_image = match input(context, &params.inputs, "source_image").await? {
+        Some(bytes) => Some(
+            super::blocking(move || {
+                image::load_from_memory(&bytes).map_err(|_| {
+                    ToolError::Provider(ProviderError::Permanent(
+                        "the source_image could not be decoded".into(),
+                    ))
+                })
+            })
+            .await?,
+        ),
+        None => None,
+    };
+    let source_video = input(context, &params.inputs, "source_video").await?;
+    let spec = VideoSpec {
+        prompt: &params.prompt,
+        negative_prompt: params.negative_prompt.as_deref(),
+        seed: params.seed,
+        duration_seconds: params.duration_seconds,
+        fps: params.fps,
+        width,
+        height,
+        mode,
+        source_image: source_image.as_ref(),
+        source_video: source_video.as_deref(),
+        looping: params.looping,
+    };
+    // The renderer reports progress synchronously; forward it to the job row.
+    let (tx, mut rx) = tokio::sync::watch::channel(0u8);
+    let report = move |percent: u8| {
+        let _ = tx.send(percent);
+    };
+    let mut generate = std::pin::pin!(video::generate(&spec, &report));
+    let rendered = loop {
+        tokio::select! {
+            result = &mut generate => break result?,
+            changed = rx.changed() => {
+                if changed.is_ok() {
+                    let percent = *rx.borrow_and_update();
+                    progress.report(i16::from(percent)).await;
+                }
+            }
+        }
+    };
+    let key = store_output(context, job, "video.mp4", rendered.bytes).await?;
+    let seconds = rendered.duration_seconds;
+    Ok(ToolOutput {
+        output: json!({ "video": {
+            "file": key, "duration": seconds, "width": rendered.width, "height": rendered.height, "fps": rendered.fps,
+        }}),
+        actual_credits: job.estimated_credits,
+    })
+}
