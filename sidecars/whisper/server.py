@@ -363,6 +363,12 @@ async def transcriptions(request: Request):
     return JSONResponse(body)
 
 
+async def translations(request: Request):
+    """OpenAI's /audio/translations: speech to English text. tiny.en only
+    understands English, so translating is transcribing."""
+    return await transcriptions(request)
+
+
 async def health(request: Request):
     return JSONResponse({"status": "ok", "model": MODEL_ID})
 
@@ -414,6 +420,7 @@ class RequestLog:
 def build_app(model: WhisperModel) -> Starlette:
     app = Starlette(
         routes=[Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+                Route("/v1/audio/translations", translations, methods=["POST"]),
                 Route("/health", health, methods=["GET"]),
                 Route("/v1/models", models, methods=["GET"])],
         exception_handlers={ApiError: on_api_error, HTTPException: on_http_error,

@@ -3,6 +3,7 @@ use std::collections::HashMap;
 use actix_web::{HttpResponse, post, web};
 use serde_json::json;
 use unigen_shared::domain::{ModelCategory, Scope, Tool};
+use unigen_shared::jobs::ValidationError;
 use unigen_shared::jobs::transcription::{Transcript, TranscriptionRequest};
 
 use super::generation::{self, Generation};
@@ -45,6 +46,21 @@ pub async fn create_transcription(
         "speech_to_text",
     )?;
     let (mut params, media) = request.validate()?;
+    if let Some(languages) = &model.languages
+        && params.language != "auto"
+        && !languages.contains(&params.language)
+    {
+        return Err(ValidationError::new(
+            "language",
+            format!(
+                "language `{}` is not supported by model {} (supported: {})",
+                params.language,
+                model.id,
+                languages.join(", ")
+            ),
+        )
+        .into());
+    }
     let loaded = generation::fetch_inputs(&state, media).await?;
     params.inputs = generation::store_inputs(&state, caller.org_id, loaded).await?;
     let format = params.response_format.clone();

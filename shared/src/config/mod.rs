@@ -159,6 +159,9 @@ pub struct ModelEntry {
     /// Longest output a duration-based model produces (music, video), seconds.
     #[serde(default)]
     pub max_duration_seconds: Option<f64>,
+    /// Languages a speech model handles (ISO 639-1); absent = any.
+    #[serde(default)]
+    pub languages: Option<Vec<String>>,
     /// Can read image inputs (chat vision, image edits).
     #[serde(default)]
     pub vision: bool,
