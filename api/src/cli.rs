@@ -108,7 +108,9 @@ pub async fn main() -> anyhow::Result<()> {
                 migrate_now(&settings).await?;
             }
             let shutdown = CancellationToken::new();
-            tokio::spawn(shutdown_on_signal(shutdown.clone()));
+            tokio::spawn(unigen_shared::telemetry::shutdown_on_signal(
+                shutdown.clone(),
+            ));
             crate::run(settings, shutdown).await
         }
         Command::Migrate => migrate_now(&settings).await,
@@ -127,24 +129,6 @@ async fn migrate_now(settings: &Settings) -> anyhow::Result<()> {
         }
     );
     Ok(())
-}
-
-/// SIGTERM or Ctrl-C starts a graceful shutdown.
-pub async fn shutdown_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("shutdown requested");
-    shutdown.cancel();
 }
 
 async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()> {

@@ -61,15 +61,3 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     tracing::info!("scheduler stopped");
     Ok(())
 }
-
-/// SIGTERM or Ctrl-C starts a graceful shutdown.
-pub async fn shutdown_on_signal(shutdown: CancellationToken) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutdown requested");
-    shutdown.cancel();
-}

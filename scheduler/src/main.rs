@@ -6,6 +6,8 @@ async fn main() -> anyhow::Result<()> {
     let settings = Settings::load()?;
     unigen_shared::telemetry::init("unigen-scheduler");
     let shutdown = CancellationToken::new();
-    tokio::spawn(unigen_scheduler::shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(unigen_shared::telemetry::shutdown_on_signal(
+        shutdown.clone(),
+    ));
     unigen_scheduler::run(settings, shutdown).await
 }

@@ -1,4 +1,5 @@
-//! Logging set-up shared by the binaries: `RUST_LOG` filters (default `info`),
+//! Process plumbing shared by the binaries: logging set-up and shutdown signals.
+//! Logging: `RUST_LOG` filters (default `info`),
 //! `UNIGEN_LOG_FORMAT=json` switches to JSON lines.
 
 use tracing_subscriber::EnvFilter;
@@ -18,4 +19,16 @@ pub fn init(binary: &str) {
     if result.is_ok() {
         tracing::info!(binary, version = env!("CARGO_PKG_VERSION"), "starting");
     }
+}
+
+/// SIGTERM or Ctrl-C starts a graceful shutdown.
+pub async fn shutdown_on_signal(shutdown: tokio_util::sync::CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+    shutdown.cancel();
 }

@@ -352,6 +352,18 @@ impl TestApp {
         token
     }
 
+    /// How many times the job was claimed.
+    pub async fn attempt_of(&self, id: &str) -> i32 {
+        let id: Uuid = id.parse().expect("a job id");
+        self.db
+            .client()
+            .await
+            .query_one("SELECT attempt FROM jobs WHERE id = $1", &[&id])
+            .await
+            .expect("job row")
+            .get(0)
+    }
+
     pub async fn count_jobs(&self) -> i64 {
         self.db.scalar_i64("SELECT count(*) FROM jobs").await
     }

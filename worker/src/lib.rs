@@ -132,15 +132,3 @@ fn worker_id() -> String {
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &suffix[..8])
 }
-
-/// SIGTERM or Ctrl-C starts a graceful shutdown.
-pub async fn shutdown_on_signal(shutdown: CancellationToken) {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutdown requested");
-    shutdown.cancel();
-}

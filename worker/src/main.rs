@@ -30,6 +30,8 @@ async fn main() -> anyhow::Result<()> {
     }
     unigen_shared::telemetry::init("unigen-worker");
     let shutdown = CancellationToken::new();
-    tokio::spawn(unigen_worker::shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(unigen_shared::telemetry::shutdown_on_signal(
+        shutdown.clone(),
+    ));
     unigen_worker::run(settings, shutdown).await
 }

@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use unigen_shared::db::models::Job;
 use unigen_shared::domain::{Scope, Tool};
 use unigen_shared::jobs::image::ImageParams;
-use unigen_shared::jobs::legacy::{LegacyExtras, LegacyGenerateRequest, LegacyLogoRequest};
+use unigen_shared::jobs::legacy::{
+    LegacyExtras, LegacyGenerateRequest, LegacyLogoRequest, LegacyRequest,
+};
 
 use super::generation::{self, Generation, Outcome, random_seed};
 use crate::auth::Caller;
@@ -118,6 +120,26 @@ async fn submit(
     Ok(envelope_ok(&job, data, started))
 }
 
+/// Auth, then parse and validate, then submit; every outcome in the envelope.
+async fn handle<R: LegacyRequest>(
+    state: &AppState,
+    caller: Result<Caller, ApiError>,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> HttpResponse {
+    let started = Instant::now();
+    let result = async {
+        let caller = caller?;
+        caller.require(Scope::Image)?;
+        let is_async = query_bool(query, "async", false)?;
+        let request: R = json_body(body)?;
+        let (params, extras) = request.validate(random_seed())?;
+        submit(state, &caller, is_async, params, extras, started).await
+    }
+    .await;
+    result.unwrap_or_else(|err| envelope_error(&err, started))
+}
+
 /// Legacy image generation (envelope response).
 #[utoipa::path(
     tag = "legacy",
@@ -139,17 +161,7 @@ pub async fn legacy_generate(
     query: web::Query<HashMap<String, String>>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let started = Instant::now();
-    let result = async {
-        let caller = caller?;
-        caller.require(Scope::Image)?;
-        let is_async = query_bool(&query, "async", false)?;
-        let request: LegacyGenerateRequest = json_body(&body)?;
-        let (params, extras) = request.validate(random_seed())?;
-        submit(&state, &caller, is_async, params, extras, started).await
-    }
-    .await;
-    result.unwrap_or_else(|err| envelope_error(&err, started))
+    handle::<LegacyGenerateRequest>(&state, caller, &query, &body).await
 }
 
 /// Legacy logo generation (envelope response): an emblem and the brand name.
@@ -173,15 +185,5 @@ pub async fn legacy_logo(
     query: web::Query<HashMap<String, String>>,
     body: web::Bytes,
 ) -> HttpResponse {
-    let started = Instant::now();
-    let result = async {
-        let caller = caller?;
-        caller.require(Scope::Image)?;
-        let is_async = query_bool(&query, "async", false)?;
-        let request: LegacyLogoRequest = json_body(&body)?;
-        let (params, extras) = request.validate(random_seed())?;
-        submit(&state, &caller, is_async, params, extras, started).await
-    }
-    .await;
-    result.unwrap_or_else(|err| envelope_error(&err, started))
+    handle::<LegacyLogoRequest>(&state, caller, &query, &body).await
 }

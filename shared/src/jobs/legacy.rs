@@ -141,6 +141,23 @@ pub struct LegacyExtras {
     pub num_inference_steps: Option<i64>,
 }
 
+/// Both legacy request kinds validate into image parameters plus extras.
+pub trait LegacyRequest: serde::de::DeserializeOwned {
+    fn validate(&self, random_seed: u64) -> Result<(ImageParams, LegacyExtras), ValidationError>;
+}
+
+impl LegacyRequest for LegacyGenerateRequest {
+    fn validate(&self, random_seed: u64) -> Result<(ImageParams, LegacyExtras), ValidationError> {
+        LegacyGenerateRequest::validate(self, random_seed)
+    }
+}
+
+impl LegacyRequest for LegacyLogoRequest {
+    fn validate(&self, random_seed: u64) -> Result<(ImageParams, LegacyExtras), ValidationError> {
+        LegacyLogoRequest::validate(self, random_seed)
+    }
+}
+
 fn required_model(value: Option<&str>) -> Result<String, ValidationError> {
     let model = value.ok_or_else(|| ValidationError::new("model", "model is required"))?;
     one_of("model", Some(model), &MODELS, "")

@@ -122,11 +122,7 @@ async fn a_job_whose_worker_vanished_is_rescued_after_its_lease_and_completed() 
         .wait_for_job(&orphan.to_string(), Duration::from_secs(30))
         .await;
     assert_eq!(job["status"], "completed", "{job}");
-    let attempt: i32 = client
-        .query_one("SELECT attempt FROM jobs WHERE id = $1", &[&orphan])
-        .await
-        .unwrap()
-        .get(0);
+    let attempt = app.attempt_of(&orphan.to_string()).await;
     assert_eq!(attempt, 2, "the rescue counted one more attempt");
 }
 
@@ -246,17 +242,7 @@ async fn duplicate_and_unreadable_messages_do_not_run_jobs_twice_or_block_the_qu
     );
     let job = app.job(&id).await;
     assert_eq!(job["status"], "completed");
-    let attempt: i32 = app
-        .db
-        .client()
-        .await
-        .query_one(
-            "SELECT attempt FROM jobs WHERE id = $1",
-            &[&id.parse::<uuid::Uuid>().unwrap()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let attempt = app.attempt_of(&id).await;
     assert_eq!(
         attempt, 1,
         "the duplicate message did not run the job again"
@@ -281,17 +267,7 @@ async fn a_stopping_worker_hands_back_unfinished_jobs_and_another_worker_complet
     let _second = app.spawn_worker(|s| s.local_provider.latency_ms = 0);
     let job = app.wait_for_job(&id, Duration::from_secs(30)).await;
     assert_eq!(job["status"], "completed", "{job}");
-    let attempt: i32 = app
-        .db
-        .client()
-        .await
-        .query_one(
-            "SELECT attempt FROM jobs WHERE id = $1",
-            &[&id.parse::<uuid::Uuid>().unwrap()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let attempt = app.attempt_of(&id).await;
     assert_eq!(
         attempt, 1,
         "a graceful hand-back does not count as an attempt"
