@@ -528,3 +528,100 @@ async fn music_has_the_requested_duration_and_format() {
         .await;
     assert_eq!(response.status(), 202, "a model that allows 60 s");
 }
+
+/// `async=true` works for every tool, and each finished job's `outputData`
+/// has the spec's shape for its tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_runs_async_and_its_output_data_has_the_spec_shape() {
+    let app = TestApp::spawn_with(TestOptions::default().with_whisper()).await;
+    let (image_url, _) = generated_png(&app, "512x512").await;
+    let wav = spoken(&app, "Testing one two three", "wav").await;
+    let requests = [
+        (
+            "/api/v1/images/generations?async=true",
+            json!({"prompt": "a boat", "size": "512x512"}),
+        ),
+        (
+            "/api/v1/images/edits?async=true",
+            json!({"image": image_url, "operation": "colorization"}),
+        ),
+        (
+            "/api/v1/videos/generations?async=true",
+            json!({"prompt": "rain", "duration_seconds": 1}),
+        ),
+        (
+            "/api/v1/music/generations?async=true",
+            json!({"prompt": "jazz", "duration_seconds": 2}),
+        ),
+        (
+            "/api/v1/audio/speech?async=true",
+            json!({"input": "hello there"}),
+        ),
+        (
+            "/api/v1/audio/transcriptions?async=true",
+            json!({"file": b64(&wav)}),
+        ),
+    ];
+    let mut jobs = Vec::new();
+    for (path, body) in requests {
+        let (status, created) = json_of(app.post_json(path, &app.key, &body).await).await;
+        assert_eq!(status, 202, "{path}: {created}");
+        assert_eq!(created["status"], "pending");
+        assert!(
+            created["estimated_credits"].as_i64().unwrap() >= 1,
+            "{created}"
+        );
+        jobs.push(created["id"].as_str().unwrap().to_owned());
+    }
+    for id in jobs {
+        let job = app.wait_for_job(&id, Duration::from_secs(120)).await;
+        assert_eq!(job["status"], "completed", "{job}");
+        assert_eq!(job["progress"], 100);
+        assert!(job["actualCredits"].as_i64().unwrap() >= 1);
+        let output = &job["outputData"];
+        match job["tool"].as_str().unwrap() {
+            "image" | "image_edit" => {
+                let image = &output["images"][0];
+                assert!(
+                    image["url"].is_string() && image["width"].is_u64() && image["height"].is_u64(),
+                    "{job}"
+                );
+            }
+            "video" => assert!(
+                output["video"]["url"].is_string() && output["video"]["duration"].is_number(),
+                "{job}"
+            ),
+            "music" => assert!(
+                output["audio"]["url"].is_string()
+                    && output["audio"]["duration_seconds"].is_number(),
+                "{job}"
+            ),
+            "tts" => assert!(
+                output["audio_url"].is_string() && output["duration_seconds"].is_number(),
+                "{job}"
+            ),
+            "stt" => {
+                assert!(
+                    output["text"].is_string()
+                        && output["segments"].is_array()
+                        && output["duration"].is_number(),
+                    "{job}"
+                );
+            }
+            other => panic!("unexpected tool {other}"),
+        }
+        // Every URL in the output downloads.
+        for url in collect_urls(output) {
+            assert_eq!(app.download(&url).await.status(), 200, "{url}");
+        }
+    }
+}
+
+fn collect_urls(value: &Value) -> Vec<String> {
+    match value {
+        Value::String(s) if s.starts_with("http") => vec![s.clone()],
+        Value::Array(items) => items.iter().flat_map(collect_urls).collect(),
+        Value::Object(map) => map.values().flat_map(collect_urls).collect(),
+        _ => Vec::new(),
+    }
+}
