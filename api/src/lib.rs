@@ -98,6 +98,7 @@ pub async fn spawn(
         ),
         metrics,
         limits: Limits::from_settings(&settings),
+        started_at: chrono::Utc::now().timestamp(),
     };
     let openapi = openapi::document();
     let max_body = settings.http.max_body_bytes;

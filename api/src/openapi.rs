@@ -17,6 +17,7 @@ each operation lists the scope it needs. Errors are `{\"error\": {\"message\", \
         (name = "video", description = "Video generation"),
         (name = "audio", description = "Text to speech and speech to text"),
         (name = "music", description = "Music generation"),
+        (name = "models", description = "The model catalogue"),
         (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
     )

@@ -28,6 +28,8 @@ pub struct AppState {
     pub signer: UrlSigner,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    /// Unix time the process started: the `created` of configured models.
+    pub started_at: i64,
 }
 
 /// Wait limits from `[jobs]` and `[notify]`.

@@ -7,6 +7,7 @@ mod health;
 mod images;
 mod jobs;
 mod legacy;
+mod models;
 mod music;
 pub mod params;
 mod speech;
@@ -25,6 +26,7 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(music::create_music_generation)
         .service(legacy::legacy_generate)
         .service(legacy::legacy_logo)
+        .service(models::list_models)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
         .service(jobs::cancel_job);

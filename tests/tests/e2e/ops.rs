@@ -158,3 +158,34 @@ async fn unknown_routes_and_tampered_file_links_answer_json_404s() {
     let expired = url.replacen("expires=", "expires=1", 1);
     assert_eq!(app.download(&expired).await.status(), 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_are_listed_by_category_for_any_valid_key() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let narrow = app.create_key(app.org_id, &["chat"], None).await;
+    let (status, list) = json_of(app.get("/api/v1/models", &narrow).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["object"], "list");
+    let models = list["data"].as_array().unwrap();
+    let categories: Vec<&str> = models
+        .iter()
+        .map(|m| m["category"].as_str().unwrap())
+        .collect();
+    let mut sorted = categories.clone();
+    sorted.sort();
+    assert_eq!(categories, sorted, "grouped by category");
+    let whisper = models
+        .iter()
+        .find(|m| m["id"] == "local/whisper-tiny-en")
+        .unwrap();
+    assert_eq!(whisper["object"], "model");
+    assert_eq!(whisper["category"], "audio");
+    assert_eq!(whisper["capabilities"], json!(["speech_to_text"]));
+    assert_eq!(whisper["tier"], "fast");
+    assert!(
+        models
+            .iter()
+            .all(|m| m["id"].as_str().unwrap().contains('/'))
+    );
+    assert_eq!(app.get("/api/v1/models", "sk_bad").await.status(), 401);
+}
