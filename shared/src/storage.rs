@@ -129,6 +129,24 @@ impl UrlSigner {
         format!("{}/files/{key}?expires={expires}&sig={sig}", self.base_url)
     }
 
+    /// The storage key of one of our own signed file URLs, if `url` is one
+    /// whose signature and expiry verify.
+    pub fn verified_key(&self, url: &str, now_unix: i64) -> Option<String> {
+        let rest = url.strip_prefix(&self.base_url)?.strip_prefix("/files/")?;
+        let (key, query) = rest.split_once('?')?;
+        let mut expires = None;
+        let mut sig = None;
+        for pair in query.split('&') {
+            match pair.split_once('=') {
+                Some(("expires", value)) => expires = value.parse::<i64>().ok(),
+                Some(("sig", value)) => sig = Some(value),
+                _ => {}
+            }
+        }
+        self.verify(key, expires?, sig?, now_unix)
+            .then(|| key.to_owned())
+    }
+
     /// Constant-time check of the signature, then of the expiry.
     pub fn verify(&self, key: &str, expires: i64, sig_hex: &str, now_unix: i64) -> bool {
         let Ok(sig) = hex::decode(sig_hex) else {
@@ -216,6 +234,25 @@ mod tests {
         assert!(!signer().verify("org/job/0.png", expires + 1, &sig, 1_000));
         let other = UrlSigner::new("other", "http://h:1", Duration::from_secs(60));
         assert!(!other.verify("org/job/0.png", expires, &sig, 1_000));
+    }
+
+    #[test]
+    fn our_own_urls_are_recognised_only_with_a_valid_signature() {
+        let url = signer().sign_url("org/job/0.png", 1_000);
+        assert_eq!(
+            signer().verified_key(&url, 1_000).as_deref(),
+            Some("org/job/0.png")
+        );
+        assert_eq!(signer().verified_key(&url, 2_000), None, "expired");
+        assert_eq!(
+            signer().verified_key(&url.replace("0.png", "1.png"), 1_000),
+            None,
+            "tampered"
+        );
+        assert_eq!(
+            signer().verified_key("https://elsewhere/files/org/job/0.png?expires=1&sig=00", 0),
+            None
+        );
     }
 
     #[test]

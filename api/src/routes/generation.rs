@@ -6,7 +6,7 @@ use chrono::Utc;
 use unigen_shared::config::ModelEntry;
 use unigen_shared::db::models::Job;
 use unigen_shared::domain::{JobStatus, Tool};
-use unigen_shared::fetch::Media;
+use unigen_shared::fetch::{Media, sniff};
 use unigen_shared::jobs::{MediaRef, NewJobRequest, StoredInput, StoredInputs, ValidationError};
 use uuid::Uuid;
 
@@ -24,14 +24,44 @@ pub async fn fetch_inputs(
 ) -> Result<Vec<(&'static str, Media)>, ApiError> {
     let mut loaded = Vec::with_capacity(refs.len());
     for media_ref in refs {
-        let media = state
-            .fetcher
-            .load(media_ref.field, &media_ref.source, media_ref.kind)
-            .await
-            .map_err(|e| ApiError::Validation(ValidationError::new(e.field, e.to_string())))?;
+        let media = match own_file(state, &media_ref).await? {
+            Some(media) => media,
+            None => state
+                .fetcher
+                .load(media_ref.field, &media_ref.source, media_ref.kind)
+                .await
+                .map_err(|e| ApiError::Validation(ValidationError::new(e.field, e.to_string())))?,
+        };
         loaded.push((media_ref.field, media));
     }
     Ok(loaded)
+}
+
+/// A signed URL of this API's own files (e.g. an earlier job's output) is
+/// read from storage directly: no HTTP round trip to ourselves, and it works
+/// whatever the network policy for client URLs.
+async fn own_file(state: &AppState, media_ref: &MediaRef) -> Result<Option<Media>, ApiError> {
+    let Some(key) = state
+        .signer
+        .verified_key(media_ref.source.trim(), Utc::now().timestamp())
+    else {
+        return Ok(None);
+    };
+    let invalid = |reason: &str| {
+        ApiError::Validation(ValidationError::new(
+            media_ref.field,
+            format!("{} {reason}", media_ref.field),
+        ))
+    };
+    let bytes = state
+        .store
+        .get(&key)
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or_else(|| invalid("refers to a file that no longer exists"))?;
+    let extension = sniff(&bytes, media_ref.kind)
+        .ok_or_else(|| invalid("is not a supported format for this field"))?;
+    Ok(Some(Media { bytes, extension }))
 }
 
 /// Stores loaded inputs under the organization; the keys go into the job's

@@ -196,22 +196,49 @@ async fn image_edit_errors_follow_the_spec_and_create_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn loopback_media_urls_are_refused_by_default() {
+async fn loopback_media_urls_are_refused_by_default_but_our_own_signed_urls_work() {
     let app = TestApp::spawn_with(
         TestOptions::default().configure(|s| s.fetch.allow_private_addresses = false),
     )
     .await;
     let (url, _) = generated_png(&app, "512x512").await;
+    // Someone else's loopback URL is refused...
+    let foreign = url
+        .replace(&app.base_url, "http://127.0.0.1:9")
+        .replace("/files/", "/other/");
     let (status, param, message) = error_of(
         &app,
         "/api/v1/images/edits",
-        &json!({"image": url, "operation": "colorization"}),
+        &json!({"image": foreign, "operation": "colorization"}),
     )
     .await;
     assert_eq!((status, param.as_str()), (400, "image"));
     assert_eq!(
         message,
         "image points to a private or loopback address, which is not allowed"
+    );
+    // ...while this API's own signed output URL is read from storage directly.
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/images/edits",
+            &app.key,
+            &json!({"image": url, "operation": "colorization"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let tampered = url.replacen("sig=", "sig=0", 1);
+    let (status, param, _) = error_of(
+        &app,
+        "/api/v1/images/edits",
+        &json!({"image": tampered, "operation": "colorization"}),
+    )
+    .await;
+    assert_eq!(
+        (status, param.as_str()),
+        (400, "image"),
+        "a tampered link is fetched like any URL, and refused"
     );
 }
 
