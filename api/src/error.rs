@@ -30,6 +30,9 @@ pub enum ApiError {
     GenerationFailed(String),
     #[error("the job was cancelled before it finished")]
     JobCancelled,
+    /// Every upstream of a model failed (after retries and fallbacks).
+    #[error("the model provider failed: {0}")]
+    Upstream(String),
     #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
@@ -68,6 +71,11 @@ impl ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
                 "generation_failed",
+            ),
+            ApiError::Upstream(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "server_error",
             ),
             ApiError::Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -91,6 +91,19 @@ pub async fn spawn(
         legacy_models: Arc::new(settings.legacy_models.clone()),
         store: build_store(&settings.storage),
         fetcher: unigen_shared::fetch::Fetcher::new(&settings.fetch),
+        local: unigen_shared::providers::local::LocalProvider::new(&settings.local_provider),
+        upstreams: Arc::new(
+            settings
+                .upstreams
+                .iter()
+                .map(|(name, upstream)| {
+                    (
+                        name.clone(),
+                        unigen_shared::providers::openai::OpenAiClient::new(upstream),
+                    )
+                })
+                .collect(),
+        ),
         signer: UrlSigner::new(
             &settings.storage.url_secret,
             &settings.http.public_base_url,

@@ -18,6 +18,8 @@ each operation lists the scope it needs. Errors are `{\"error\": {\"message\", \
         (name = "audio", description = "Text to speech and speech to text"),
         (name = "music", description = "Music generation"),
         (name = "models", description = "The model catalogue"),
+        (name = "chat", description = "Chat completions (OpenAI format, SSE streaming)"),
+        (name = "embeddings", description = "Embeddings (OpenAI format)"),
         (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
     )

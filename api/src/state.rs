@@ -25,6 +25,11 @@ pub struct AppState {
     pub legacy_models: Arc<std::collections::BTreeMap<String, String>>,
     pub store: Arc<dyn FileStore>,
     pub fetcher: Fetcher,
+    /// The built-in provider (chat and embedding test models run in the API).
+    pub local: unigen_shared::providers::local::LocalProvider,
+    /// One client per `[upstreams.*]` entry, built once.
+    pub upstreams:
+        Arc<std::collections::HashMap<String, unigen_shared::providers::openai::OpenAiClient>>,
     pub signer: UrlSigner,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,

@@ -1,6 +1,8 @@
 //! Route table: `/api/v1/...` (documented in OpenAPI), files, health, docs.
 
+mod chat;
 mod edits;
+mod embeddings;
 mod files;
 mod generation;
 mod health;
@@ -27,6 +29,8 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(legacy::legacy_generate)
         .service(legacy::legacy_logo)
         .service(models::list_models)
+        .service(chat::create_chat_completion)
+        .service(embeddings::create_embeddings)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
         .service(jobs::cancel_job);

@@ -173,6 +173,9 @@ pub struct ModelEntry {
     pub upstream: Option<String>,
     #[serde(default)]
     pub upstream_model: Option<String>,
+    /// Further `[upstreams.*]` to try, in order, when `upstream` fails.
+    #[serde(default)]
+    pub fallback_upstreams: Vec<String>,
 }
 
 impl Settings {

@@ -164,8 +164,7 @@ fn connection_failure(err: reqwest::Error) -> Attempt {
 async fn read_json<T: serde::de::DeserializeOwned>(
     response: reqwest::Response,
 ) -> Result<T, Attempt> {
-    let status = response.status();
-    if status.is_success() {
+    if response.status().is_success() {
         return response.json::<T>().await.map_err(|err| Attempt {
             error: ProviderError::Permanent(format!(
                 "the upstream answered an unreadable response: {err}"
@@ -173,6 +172,13 @@ async fn read_json<T: serde::de::DeserializeOwned>(
             retry_after: None,
         });
     }
+    Err(status_failure(response).await)
+}
+
+/// Classifies a non-success answer: 408/429/5xx transient, other 4xx permanent
+/// (with the upstream's short message), honouring `Retry-After`.
+async fn status_failure(response: reqwest::Response) -> Attempt {
+    let status = response.status();
     let retry_after = response
         .headers()
         .get(reqwest::header::RETRY_AFTER)
@@ -195,7 +201,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(
             message.unwrap_or_else(|| format!("the upstream rejected the request ({status})")),
         ),
     };
-    Err(Attempt { error, retry_after })
+    Attempt { error, retry_after }
 }
 
 /// Words are reported both top-level and nested in the segment holding
@@ -288,5 +294,155 @@ mod tests {
             "Bye"
         );
         assert_eq!(transcript.words.as_ref().unwrap().len(), 3);
+    }
+}
+
+/// A server-sent event stream of JSON chunks (`data: {...}`), ending at
+/// `data: [DONE]` or when the upstream closes.
+pub type ChunkStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<serde_json::Value, ProviderError>> + Send>,
+>;
+
+impl OpenAiClient {
+    /// `POST {base}/chat/completions` without streaming.
+    pub async fn chat(&self, body: &serde_json::Value) -> Result<serde_json::Value, ProviderError> {
+        self.with_retries(|| async {
+            let request = self
+                .http
+                .post(format!("{}/chat/completions", self.base_url))
+                .json(body);
+            let response = self
+                .authorized(request)
+                .send()
+                .await
+                .map_err(connection_failure)?;
+            read_json::<serde_json::Value>(response).await
+        })
+        .await
+    }
+
+    /// `POST {base}/chat/completions` with `stream: true`. Failures before the
+    /// first byte are retried; once streaming, an error ends the stream.
+    /// Dropping the stream closes the upstream connection (cancels it).
+    pub async fn chat_stream(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<ChunkStream, ProviderError> {
+        let response = self
+            .with_retries(|| async {
+                let request = self
+                    .http
+                    .post(format!("{}/chat/completions", self.base_url))
+                    .json(body);
+                let response = self
+                    .authorized(request)
+                    .send()
+                    .await
+                    .map_err(connection_failure)?;
+                if response.status().is_success() {
+                    Ok(response)
+                } else {
+                    Err(status_failure(response).await)
+                }
+            })
+            .await?;
+        Ok(sse_chunks(response.bytes_stream()))
+    }
+}
+
+/// Parses `data:` events out of a byte stream.
+fn sse_chunks<S, B>(bytes: S) -> ChunkStream
+where
+    S: futures_util::Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
+    B: AsRef<[u8]>,
+{
+    use futures_util::StreamExt;
+    let state = (
+        Box::pin(bytes),
+        Vec::<u8>::new(),
+        std::collections::VecDeque::<serde_json::Value>::new(),
+        false,
+    );
+    Box::pin(futures_util::stream::unfold(
+        state,
+        |(mut bytes, mut buffer, mut ready, mut done)| async move {
+            loop {
+                if let Some(chunk) = ready.pop_front() {
+                    return Some((Ok(chunk), (bytes, buffer, ready, done)));
+                }
+                if done {
+                    return None;
+                }
+                match bytes.next().await {
+                    Some(Ok(data)) => {
+                        buffer.extend_from_slice(data.as_ref());
+                        while let Some(end) = find_event_end(&buffer) {
+                            let event: Vec<u8> = buffer.drain(..end).collect();
+                            let text = String::from_utf8_lossy(&event);
+                            let data: Vec<&str> = text
+                                .lines()
+                                .filter_map(|line| line.strip_prefix("data:"))
+                                .map(str::trim)
+                                .collect();
+                            if data.is_empty() {
+                                continue;
+                            }
+                            let payload = data.join("\n");
+                            if payload == "[DONE]" {
+                                done = true;
+                                break;
+                            }
+                            match serde_json::from_str(&payload) {
+                                Ok(chunk) => ready.push_back(chunk),
+                                Err(_) => tracing::debug!("skipping an unreadable stream event"),
+                            }
+                        }
+                    }
+                    Some(Err(_)) => {
+                        let error =
+                            ProviderError::Transient("the upstream stream broke off".into());
+                        return Some((Err(error), (bytes, buffer, ready, true)));
+                    }
+                    None => done = true,
+                }
+            }
+        },
+    ))
+}
+
+/// End (exclusive, separator included) of the first complete event.
+fn find_event_end(buffer: &[u8]) -> Option<usize> {
+    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = buffer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod sse_tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn events_split_across_reads_are_reassembled_and_done_ends_the_stream() {
+        let parts: Vec<Result<Vec<u8>, reqwest::Error>> = vec![
+            Ok(b"data: {\"a\":".to_vec()),
+            Ok(b"1}\n\n: comment\n\ndata: {\"a\":2}\r\n\r\ndata: [DO".to_vec()),
+            Ok(b"NE]\n\ndata: {\"a\":3}\n\n".to_vec()),
+        ];
+        let chunks: Vec<_> = sse_chunks(futures_util::stream::iter(parts))
+            .collect()
+            .await;
+        let values: Vec<i64> = chunks
+            .into_iter()
+            .map(|c| c.unwrap()["a"].as_i64().unwrap())
+            .collect();
+        assert_eq!(values, vec![1, 2]);
     }
 }

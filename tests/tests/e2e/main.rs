@@ -2,6 +2,7 @@
 //! RabbitMQ. Each test gets its own database and queue prefix.
 
 mod auth;
+mod chat;
 mod images;
 mod jobs;
 mod legacy;

@@ -226,7 +226,8 @@ fn blend_with(orig: &RgbImage, mut edited: RgbImage, strength: f32) -> RgbImage 
     if strength >= 1.0 || edited.dimensions() != orig.dimensions() {
         return edited;
     }
-    for (e, &o) in edited.as_mut().iter_mut().zip(orig.as_raw()) {
+    let raw: &mut [u8] = &mut edited;
+    for (e, &o) in raw.iter_mut().zip(orig.as_raw()) {
         let (ev, ov) = (f32::from(*e), f32::from(o));
         *e = to_u8(ov + (ev - ov) * strength);
     }

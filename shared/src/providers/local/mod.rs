@@ -1,6 +1,7 @@
 //! The built-in offline provider: deterministic from the seed, real files.
 
 pub mod audio;
+pub mod chat;
 pub mod edit;
 pub mod logo;
 pub mod music;

@@ -1,0 +1,337 @@
+//! `POST /chat/completions`: served by the API directly (no queue hop), as
+//! JSON or as server-sent events in the OpenAI chunk format. Models run on
+//! the built-in test model (`local`) or an OpenAI-compatible upstream
+//! (`openai`, with an ordered fallback list).
+
+use std::collections::HashMap;
+
+use actix_web::web::Bytes;
+use actix_web::{HttpResponse, post, web};
+use futures_util::stream::{self, StreamExt};
+use serde_json::{Value, json};
+use unigen_shared::chat::{ChatCompletionRequest, ChatParams, count_prompt_tokens, count_tokens};
+use unigen_shared::config::ModelEntry;
+use unigen_shared::domain::{ModelCategory, Scope};
+use unigen_shared::jobs::ValidationError;
+use unigen_shared::providers::ProviderError;
+use unigen_shared::providers::local::chat;
+use unigen_shared::providers::openai::{ChunkStream, OpenAiClient};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::{json_body, query_bool};
+use crate::state::AppState;
+
+/// Token counts of a finished completion, and what they cost.
+fn usage(prompt_tokens: u32, completion_tokens: u32, model: &ModelEntry) -> Value {
+    let total = prompt_tokens + completion_tokens;
+    let credits = (i64::from(total) * model.credits_per_unit + 999) / 1000;
+    json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": total,
+        "credits_used": credits,
+        "credits_breakdown": { "tokens": credits },
+    })
+}
+
+/// The request as the upstream's body.
+fn upstream_body(params: &ChatParams, model: &ModelEntry, stream: bool) -> Value {
+    let mut body = json!({
+        "model": model.upstream_model.as_deref().unwrap_or(&model.id),
+        "messages": params.messages.iter().map(|m| m.to_upstream()).collect::<Vec<_>>(),
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "max_tokens": params.max_tokens,
+        "frequency_penalty": params.frequency_penalty,
+        "presence_penalty": params.presence_penalty,
+        "stream": stream,
+    });
+    if !params.stop.is_empty() {
+        body["stop"] = json!(params.stop);
+    }
+    if let Some(user) = &params.user {
+        body["user"] = json!(user);
+    }
+    if stream {
+        // Always ask: usage is recorded even when the client did not ask.
+        body["stream_options"] = json!({ "include_usage": true });
+    }
+    body
+}
+
+/// Tries the model's upstream, then each fallback in order.
+async fn with_fallbacks<T, F, Fut>(
+    state: &AppState,
+    model: &ModelEntry,
+    call: F,
+) -> Result<T, ApiError>
+where
+    F: Fn(OpenAiClient) -> Fut,
+    Fut: Future<Output = Result<T, ProviderError>>,
+{
+    let mut last = None;
+    for name in model.upstream.iter().chain(&model.fallback_upstreams) {
+        let Some(client) = state.upstreams.get(name) else {
+            continue;
+        };
+        match call(client.clone()).await {
+            Ok(value) => return Ok(value),
+            Err(err) => {
+                tracing::warn!(model = %model.id, upstream = %name, error = %err, "upstream failed; trying the next");
+                last = Some(err);
+            }
+        }
+    }
+    Err(ApiError::Upstream(last.map_or_else(
+        || "no upstream is configured".to_owned(),
+        |e| e.to_string(),
+    )))
+}
+
+struct Frames {
+    id: String,
+    created: i64,
+    model: String,
+}
+
+impl Frames {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+        })
+    }
+
+    fn usage_chunk(&self, usage: Value) -> Value {
+        json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": [], "usage": usage,
+        })
+    }
+}
+
+fn sse(event: &Value) -> Result<Bytes, actix_web::Error> {
+    Ok(Bytes::from(format!("data: {event}\n\n")))
+}
+
+fn event_stream(
+    body: impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> + 'static,
+) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body)
+}
+
+/// Chat completion in the OpenAI format (`stream: true` or `?stream=true` for SSE).
+#[utoipa::path(
+    tag = "chat",
+    request_body = ChatCompletionRequest,
+    params(("stream" = Option<bool>, Query, description = "Stream server-sent events (same as `stream: true`)")),
+    responses(
+        (status = 200, description = "`chat.completion`, or `text/event-stream` of `chat.completion.chunk` ending with `data: [DONE]`", body = Object),
+        (status = 400, description = "invalid_request", body = ErrorBody),
+        (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 403, description = "forbidden: API key does not have required scope: chat", body = ErrorBody),
+        (status = 500, description = "server_error", body = ErrorBody),
+    ),
+    security(("bearer" = ["chat"]))
+)]
+#[post("/chat/completions")]
+pub async fn create_chat_completion(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<HashMap<String, String>>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Chat)?;
+    let stream_query = query_bool(&query, "stream", false)?;
+    let request: ChatCompletionRequest = json_body(&body)?;
+    let model = state
+        .catalogue
+        .resolve(request.model.as_deref(), ModelCategory::Chat)?
+        .clone();
+    let params = request.validate(stream_query, model.vision)?;
+    if params.web_search {
+        return Err(ValidationError::new(
+            "web_search",
+            "web_search needs a search backend, and none is configured",
+        )
+        .into());
+    }
+    let frames = Frames {
+        id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),
+        created: chrono::Utc::now().timestamp(),
+        model: model.id.clone(),
+    };
+    match (model.adapter.as_str(), params.stream) {
+        ("openai", false) => {
+            let upstream = with_fallbacks(&state, &model, |client| {
+                let body = upstream_body(&params, &model, false);
+                async move { client.chat(&body).await }
+            })
+            .await?;
+            let choice = &upstream["choices"][0];
+            let content = choice["message"]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let prompt = upstream["usage"]["prompt_tokens"]
+                .as_u64()
+                .map_or_else(|| count_prompt_tokens(&params.messages), |n| n as u32);
+            let completion = upstream["usage"]["completion_tokens"]
+                .as_u64()
+                .map_or_else(|| count_tokens(&content), |n| n as u32);
+            let mut message = json!({ "role": "assistant", "content": content });
+            if let Some(calls) = choice["message"].get("tool_calls").filter(|c| !c.is_null()) {
+                message["tool_calls"] = calls.clone();
+            }
+            Ok(completion_response(
+                &frames,
+                &model,
+                message,
+                choice["finish_reason"].as_str().unwrap_or("stop"),
+                usage(prompt, completion, &model),
+            ))
+        }
+        ("openai", true) => {
+            let upstream = with_fallbacks(&state, &model, |client| {
+                let body = upstream_body(&params, &model, true);
+                async move { client.chat_stream(&body).await }
+            })
+            .await?;
+            Ok(event_stream(relay_stream(upstream, frames, model, params)))
+        }
+        (_, stream) => {
+            state
+                .local
+                .simulate_conditions()
+                .await
+                .map_err(|e| ApiError::Upstream(e.to_string()))?;
+            let reply = chat::echo(&params);
+            let spent = usage(reply.prompt_tokens, reply.completion_tokens, &model);
+            if !stream {
+                let message = json!({ "role": "assistant", "content": reply.text });
+                return Ok(completion_response(
+                    &frames,
+                    &model,
+                    message,
+                    reply.finish_reason,
+                    spent,
+                ));
+            }
+            let mut events = vec![frames.chunk(json!({"role": "assistant", "content": ""}), None)];
+            events.extend(
+                reply
+                    .pieces
+                    .iter()
+                    .map(|piece| frames.chunk(json!({"content": piece}), None)),
+            );
+            events.push(frames.chunk(json!({}), Some(reply.finish_reason)));
+            if params.include_usage {
+                events.push(frames.usage_chunk(spent));
+            }
+            let frames = events.iter().map(sse).collect::<Vec<_>>();
+            Ok(event_stream(stream::iter(frames).chain(stream::once(
+                async { Ok(Bytes::from_static(b"data: [DONE]\n\n")) },
+            ))))
+        }
+    }
+}
+
+fn completion_response(
+    frames: &Frames,
+    model: &ModelEntry,
+    message: Value,
+    finish_reason: &str,
+    usage: Value,
+) -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "id": frames.id,
+        "object": "chat.completion",
+        "created": frames.created,
+        "model": model.id,
+        "model_tier": model.tier,
+        "choices": [{ "index": 0, "message": message, "finish_reason": finish_reason }],
+        "usage": usage,
+    }))
+}
+
+/// Forwards upstream chunks as they arrive (our id and model), counts what
+/// was said for usage when the upstream reports none, and ends with the
+/// usage chunk (if asked) and `[DONE]`. Dropping it (client gone) drops the
+/// upstream stream, which closes the upstream request.
+fn relay_stream(
+    upstream: ChunkStream,
+    frames: Frames,
+    model: ModelEntry,
+    params: ChatParams,
+) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
+    struct Relay {
+        upstream: ChunkStream,
+        frames: Frames,
+        model: ModelEntry,
+        params: ChatParams,
+        said: String,
+        usage: Option<(u32, u32)>,
+        finished: bool,
+    }
+    let relay = Relay {
+        upstream,
+        frames,
+        model,
+        params,
+        said: String::new(),
+        usage: None,
+        finished: false,
+    };
+    stream::unfold(Some(relay), |state| async move {
+        let mut relay = state?;
+        if relay.finished {
+            return None;
+        }
+        loop {
+            match relay.upstream.next().await {
+                Some(Ok(chunk)) => {
+                    if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+                        let read = |k: &str| u[k].as_u64().unwrap_or(0) as u32;
+                        relay.usage = Some((read("prompt_tokens"), read("completion_tokens")));
+                    }
+                    let Some(choice) = chunk["choices"].get(0) else {
+                        continue;
+                    };
+                    if let Some(text) = choice["delta"]["content"].as_str() {
+                        relay.said.push_str(text);
+                    }
+                    let finish = choice["finish_reason"].as_str();
+                    let event = relay.frames.chunk(choice["delta"].clone(), finish);
+                    return Some((sse(&event), Some(relay)));
+                }
+                Some(Err(err)) => {
+                    let event = json!({ "error": { "message": format!("the model provider failed: {err}"), "type": "server_error", "code": "server_error" } });
+                    relay.finished = true;
+                    let tail = format!("data: {event}\n\ndata: [DONE]\n\n");
+                    return Some((Ok(Bytes::from(tail)), Some(relay)));
+                }
+                None => {
+                    relay.finished = true;
+                    let (prompt, completion) = relay.usage.unwrap_or_else(|| {
+                        (
+                            count_prompt_tokens(&relay.params.messages),
+                            count_tokens(&relay.said),
+                        )
+                    });
+                    let mut tail = String::new();
+                    if relay.params.include_usage {
+                        let spent = usage(prompt, completion, &relay.model);
+                        tail.push_str(&format!("data: {}\n\n", relay.frames.usage_chunk(spent)));
+                    }
+                    tail.push_str("data: [DONE]\n\n");
+                    return Some((Ok(Bytes::from(tail)), Some(relay)));
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,54 @@
+//! `POST /embeddings`: served by the API directly.
+
+use actix_web::{HttpResponse, post, web};
+use serde_json::json;
+use unigen_shared::chat::{EmbeddingRequest, count_tokens};
+use unigen_shared::domain::ModelCategory;
+use unigen_shared::providers::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::json_body;
+use crate::state::AppState;
+
+/// Embeddings in the OpenAI format. Any valid key may embed.
+#[utoipa::path(
+    tag = "embeddings",
+    request_body = EmbeddingRequest,
+    responses(
+        (status = 200, description = "`{object: list, data: [{object: embedding, index, embedding}], model, usage: {prompt_tokens, total_tokens}}`", body = Object),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+#[post("/embeddings")]
+pub async fn create_embeddings(
+    state: web::Data<AppState>,
+    _caller: Caller,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let request: EmbeddingRequest = json_body(&body)?;
+    let model = state
+        .catalogue
+        .resolve(request.model.as_deref(), ModelCategory::Embedding)?;
+    let (inputs, dimensions) = request.validate()?;
+    let dimensions = dimensions.unwrap_or(DEFAULT_EMBEDDING_DIMENSIONS);
+    state
+        .local
+        .simulate_conditions()
+        .await
+        .map_err(|e| ApiError::GenerationFailed(e.to_string()))?;
+    let tokens: u32 = inputs.iter().map(|text| count_tokens(text)).sum();
+    let data: Vec<_> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, text)| json!({ "object": "embedding", "index": index, "embedding": embed(text, dimensions) }))
+        .collect();
+    Ok(HttpResponse::Ok().json(json!({
+        "object": "list",
+        "data": data,
+        "model": model.id,
+        "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
+    })))
+}

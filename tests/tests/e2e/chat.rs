@@ -1,0 +1,396 @@
+//! Chat completions and embeddings, on the local test models and through the
+//! openai adapter against a fake upstream speaking the real wire format.
+
+use serde_json::{Value, json};
+use unigen_shared::config::{ModelEntry, UpstreamSettings};
+use unigen_shared::domain::{ModelCategory, ModelTier};
+use unigen_tests::{TestApp, TestOptions, json_of};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+/// `data:` payloads of an SSE body, `[DONE]` included.
+fn sse_events(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_completions_answer_in_the_openai_format_with_real_token_usage() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let body = json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello, unigen!"}]});
+    let (status, completion) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{completion}");
+    assert_eq!(completion["object"], "chat.completion");
+    assert!(completion["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(completion["model"], "local/echo");
+    assert_eq!(completion["model_tier"], "fast");
+    assert_eq!(
+        completion["choices"][0]["message"],
+        json!({"role": "assistant", "content": "Hello, unigen!"})
+    );
+    assert_eq!(completion["choices"][0]["finish_reason"], "stop");
+    let usage = &completion["usage"];
+    assert_eq!(usage["completion_tokens"], 5, "cl100k: Hello , un igen !");
+    assert_eq!(
+        usage["total_tokens"].as_u64(),
+        Some(usage["prompt_tokens"].as_u64().unwrap() + 5)
+    );
+
+    let limited = json!({"messages": [{"role": "user", "content": "one two three four five"}], "max_tokens": 2});
+    let (_, completion) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &limited)
+            .await,
+    )
+    .await;
+    assert_eq!(completion["choices"][0]["finish_reason"], "length");
+    assert_eq!(completion["usage"]["completion_tokens"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_streams_chunks_then_usage_then_done() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let body = json!({"messages": [{"role": "user", "content": "Stream me, token by token."}], "stream": true,
+                      "stream_options": {"include_usage": true}});
+    let response = app
+        .post_json("/api/v1/chat/completions", &app.key, &body)
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let events = sse_events(&response.text().await.unwrap());
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Stream me, token by token.");
+    assert!(chunks.len() > 5, "token by token");
+    let finish = chunks
+        .iter()
+        .find(|c| c["choices"][0]["finish_reason"].is_string())
+        .unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() > 3);
+
+    // ?stream=true works too; without include_usage there is no usage chunk.
+    let plain = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let response = app
+        .post_json("/api/v1/chat/completions?stream=true", &app.key, &plain)
+        .await;
+    let events = sse_events(&response.text().await.unwrap());
+    assert!(events.iter().all(|e| !e.contains("\"usage\"")));
+    assert_eq!(events.last().unwrap(), "[DONE]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_errors_follow_the_chat_table() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let path = "/api/v1/chat/completions";
+    for (body, field, message) in [
+        (json!({}), "messages", "messages is required"),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "temperature": 2.1}),
+            "temperature",
+            "temperature must be between 0 and 2",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5}),
+            "top_p",
+            "top_p must be between 0 and 1",
+        ),
+        (
+            json!({"messages": [{"role": "robot", "content": "x"}]}),
+            "messages",
+            "messages[0].role must be one of: system, user, assistant, tool",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x", "images": ["https://e.com/a.png"]}]}),
+            "messages",
+            "images are only accepted by vision-capable models",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "web_search": true}),
+            "web_search",
+            "web_search needs a search backend, and none is configured",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "model": "acme/gpt"}),
+            "model",
+            "model `acme/gpt` is not an available chat model; GET /api/v1/models lists them",
+        ),
+    ] {
+        let (status, error) = json_of(app.post_json(path, &app.key, &body).await).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(
+            (
+                error["error"]["param"].as_str(),
+                error["error"]["message"].as_str()
+            ),
+            (Some(field), Some(message))
+        );
+        assert_eq!(error["error"]["code"], "invalid_request");
+    }
+    let vision = json!({"model": "local/echo-vision", "messages": [{"role": "user", "content": "x", "images": ["https://e.com/a.png"]}]});
+    assert_eq!(app.post_json(path, &app.key, &vision).await.status(), 200);
+    let image_only = app.create_key(app.org_id, &["image"], None).await;
+    let (status, error) = json_of(
+        app.post_json(
+            path,
+            &image_only,
+            &json!({"messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (status, error["error"]["code"].as_str()),
+        (403, Some("forbidden"))
+    );
+    assert_eq!(
+        error["error"]["message"],
+        "API key does not have required scope: chat"
+    );
+    let (status, error) = json_of(app.post_json(path, "sk_x", &json!({})).await).await;
+    assert_eq!(
+        (status, error["error"]["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_are_normalized_vectors_where_similar_texts_are_closer() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let body = json!({"input": ["The cat sat on the mat", "A cat sitting on a mat", "Quarterly earnings beat expectations"], "dimensions": 128});
+    let (status, result) =
+        json_of(app.post_json("/api/v1/embeddings", &app.key, &body).await).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["object"], "list");
+    assert_eq!(result["model"], "local/hash-embed");
+    let vectors: Vec<Vec<f64>> = result["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            assert_eq!(
+                (item["object"].as_str(), item["index"].as_u64()),
+                (Some("embedding"), Some(i as u64))
+            );
+            item["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert!(vectors.iter().all(|v| v.len() == 128));
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    assert!((dot(&vectors[0], &vectors[0]) - 1.0).abs() < 1e-4);
+    assert!(dot(&vectors[0], &vectors[1]) > dot(&vectors[0], &vectors[2]));
+    assert!(result["usage"]["prompt_tokens"].as_u64().unwrap() > 10);
+    let (status, error) = json_of(
+        app.post_json("/api/v1/embeddings", &app.key, &json!({"input": []}))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (status, error["error"]["param"].as_str()),
+        (400, Some("input"))
+    );
+}
+
+fn upstream_model(id: &str, upstream: &str, fallbacks: Vec<String>) -> ModelEntry {
+    ModelEntry {
+        id: id.into(),
+        category: ModelCategory::Chat,
+        tier: ModelTier::Standard,
+        adapter: "openai".into(),
+        owned_by: "acme".into(),
+        capabilities: vec!["chat".into()],
+        credits_per_unit: 2,
+        max_duration_seconds: None,
+        languages: None,
+        vision: false,
+        default: false,
+        upstream: Some(upstream.into()),
+        upstream_model: Some("gpt-upstream".into()),
+        fallback_upstreams: fallbacks,
+    }
+}
+
+fn upstream(url: &str) -> UpstreamSettings {
+    serde_json::from_value(json!({"base_url": format!("{url}/v1"), "api_key": "sk-upstream-secret", "timeout_seconds": 10})).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_model_falls_back_when_its_first_upstream_fails_and_retries_429() {
+    let broken = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(500).set_body_json(
+                json!({"error": {"message": "boom, internal key sk-upstream-secret"}}),
+            ),
+        )
+        .mount(&broken)
+        .await;
+    let flaky = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "1"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&flaky)
+        .await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "chatcmpl-upstream", "object": "chat.completion", "created": 1, "model": "gpt-upstream",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi from upstream"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}
+        })))
+        .with_priority(2)
+        .mount(&flaky)
+        .await;
+    let (broken_url, flaky_url) = (broken.uri(), flaky.uri());
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        s.upstreams.insert("broken".into(), upstream(&broken_url));
+        s.upstreams.insert("flaky".into(), upstream(&flaky_url));
+        s.models.push(upstream_model(
+            "acme/gpt-test",
+            "broken",
+            vec!["flaky".into()],
+        ));
+        s.models
+            .push(upstream_model("acme/only-broken", "broken", vec![]));
+    }))
+    .await;
+    let body =
+        json!({"model": "acme/gpt-test", "messages": [{"role": "user", "content": "hello"}]});
+    let (status, completion) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{completion}");
+    assert_eq!(
+        completion["model"], "acme/gpt-test",
+        "our model id, not the upstream's"
+    );
+    assert_eq!(
+        completion["choices"][0]["message"]["content"],
+        "Hi from upstream"
+    );
+    assert_eq!(completion["usage"]["total_tokens"], 15);
+    let sent = &flaky.received_requests().await.unwrap();
+    assert_eq!(sent.len(), 2, "the 429 was retried");
+    let forwarded: Value = serde_json::from_slice(&sent[1].body).unwrap();
+    assert_eq!(forwarded["model"], "gpt-upstream");
+    assert_eq!(
+        sent[1].headers["authorization"],
+        "Bearer sk-upstream-secret"
+    );
+    assert_eq!(
+        broken.received_requests().await.unwrap().len(),
+        4,
+        "the first upstream: 1 try + 3 retries"
+    );
+
+    // With every upstream failing, the client sees our error, not upstream internals.
+    let body =
+        json!({"model": "acme/only-broken", "messages": [{"role": "user", "content": "hello"}]});
+    let (status, error) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &body)
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (status, error["error"]["code"].as_str()),
+        (500, Some("server_error"))
+    );
+    let text = error.to_string();
+    assert!(
+        !text.contains("sk-upstream-secret") && !text.contains("boom"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_stream_is_relayed_chunk_by_chunk_with_usage() {
+    let server = MockServer::start().await;
+    let chunk = |content: &str| {
+        json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream",
+               "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+    };
+    let mut sse = String::new();
+    for piece in ["Hel", "lo ", "world"] {
+        sse.push_str(&format!("data: {}\n\n", chunk(piece)));
+    }
+    sse.push_str(&format!(
+        "data: {}\n\n",
+        json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    ));
+    sse.push_str(&format!(
+        "data: {}\n\n",
+        json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream",
+        "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}})
+    ));
+    sse.push_str("data: [DONE]\n\n");
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "text/event-stream")
+                .set_body_string(sse),
+        )
+        .mount(&server)
+        .await;
+    let url = server.uri();
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        s.upstreams.insert("acme".into(), upstream(&url));
+        s.models
+            .push(upstream_model("acme/gpt-test", "acme", vec![]));
+    }))
+    .await;
+    let body = json!({"model": "acme/gpt-test", "stream": true, "stream_options": {"include_usage": true},
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let response = app
+        .post_json("/api/v1/chat/completions", &app.key, &body)
+        .await;
+    assert_eq!(response.status(), 200);
+    let events = sse_events(&response.text().await.unwrap());
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "Hello world");
+    assert!(chunks.iter().all(|c| c["model"] == "acme/gpt-test"));
+    assert_eq!(chunks.last().unwrap()["usage"]["total_tokens"], 12);
+    let forwarded: Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(forwarded["stream"], true);
+    assert_eq!(forwarded["stream_options"]["include_usage"], true);
+}
