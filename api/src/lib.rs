@@ -92,6 +92,8 @@ pub async fn spawn(
         store: build_store(&settings.storage),
         fetcher: unigen_shared::fetch::Fetcher::new(&settings.fetch),
         local: unigen_shared::providers::local::LocalProvider::new(&settings.local_provider),
+        search: unigen_shared::search::SearchClient::from_settings(&settings.search)
+            .context("configuring web search")?,
         upstreams: Arc::new(
             settings
                 .upstreams

@@ -27,6 +27,8 @@ pub struct AppState {
     pub fetcher: Fetcher,
     /// The built-in provider (chat and embedding test models run in the API).
     pub local: unigen_shared::providers::local::LocalProvider,
+    /// The web search backend, when one is configured.
+    pub search: Option<unigen_shared::search::SearchClient>,
     /// One client per `[upstreams.*]` entry, built once.
     pub upstreams:
         Arc<std::collections::HashMap<String, unigen_shared::providers::openai::OpenAiClient>>,

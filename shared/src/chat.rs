@@ -271,7 +271,7 @@ pub struct EmbeddingRequest {
     pub model: Option<String>,
     /// Length of each vector (the model's default when absent).
     pub dimensions: Option<u32>,
-    /// Only `float` is supported.
+    /// `float` (default) or `base64` (little-endian f32, as the OpenAI SDKs request).
     pub encoding_format: Option<String>,
     pub user: Option<String>,
 }
@@ -280,8 +280,8 @@ pub const MAX_EMBEDDING_INPUTS: usize = 2048;
 pub const MAX_EMBEDDING_DIMENSIONS: u32 = 3072;
 
 impl EmbeddingRequest {
-    /// The inputs and the requested dimensions.
-    pub fn validate(&self) -> Result<(Vec<String>, Option<u32>), ValidationError> {
+    /// The inputs, the requested dimensions, and whether to answer base64.
+    pub fn validate(&self) -> Result<(Vec<String>, Option<u32>, bool), ValidationError> {
         let inputs = match self
             .input
             .clone()
@@ -310,17 +310,17 @@ impl EmbeddingRequest {
                 format!("dimensions must be between 1 and {MAX_EMBEDDING_DIMENSIONS}"),
             ));
         }
-        if self
-            .encoding_format
-            .as_deref()
-            .is_some_and(|f| f != "float")
-        {
-            return Err(ValidationError::new(
-                "encoding_format",
-                "encoding_format must be `float`",
-            ));
-        }
-        Ok((inputs, self.dimensions))
+        let base64 = match self.encoding_format.as_deref() {
+            None | Some("float") => false,
+            Some("base64") => true,
+            Some(_) => {
+                return Err(ValidationError::new(
+                    "encoding_format",
+                    "encoding_format must be `float` or `base64`",
+                ));
+            }
+        };
+        Ok((inputs, self.dimensions, base64))
     }
 }
 
@@ -469,7 +469,7 @@ mod tests {
                 .unwrap();
         assert_eq!(
             req.validate().unwrap(),
-            (vec!["a".to_owned(), "b".to_owned()], Some(64))
+            (vec!["a".to_owned(), "b".to_owned()], Some(64), false)
         );
         let req: EmbeddingRequest =
             serde_json::from_value(serde_json::json!({"input": ""})).unwrap();

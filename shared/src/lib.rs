@@ -11,5 +11,6 @@ pub mod jobs;
 pub mod notify;
 pub mod providers;
 pub mod queue;
+pub mod search;
 pub mod storage;
 pub mod telemetry;

@@ -9,13 +9,17 @@ use actix_web::web::Bytes;
 use actix_web::{HttpResponse, post, web};
 use futures_util::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use unigen_shared::chat::{ChatCompletionRequest, ChatParams, count_prompt_tokens, count_tokens};
+use unigen_shared::chat::{
+    ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_prompt_tokens,
+    count_tokens,
+};
 use unigen_shared::config::ModelEntry;
 use unigen_shared::domain::{ModelCategory, Scope};
 use unigen_shared::jobs::ValidationError;
 use unigen_shared::providers::ProviderError;
 use unigen_shared::providers::local::chat;
 use unigen_shared::providers::openai::{ChunkStream, OpenAiClient};
+use unigen_shared::search::grounding_prompt;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -25,7 +29,12 @@ use crate::state::AppState;
 /// Token counts of a finished completion, and what they cost.
 fn usage(prompt_tokens: u32, completion_tokens: u32, model: &ModelEntry) -> Value {
     let total = prompt_tokens + completion_tokens;
-    let credits = (i64::from(total) * model.credits_per_unit + 999) / 1000;
+    let completion_price = model
+        .completion_credits_per_unit
+        .unwrap_or(model.credits_per_unit);
+    let cost = i64::from(prompt_tokens) * model.credits_per_unit
+        + i64::from(completion_tokens) * completion_price;
+    let credits = (cost + 999) / 1000;
     json!({
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -58,6 +67,41 @@ fn upstream_body(params: &ChatParams, model: &ModelEntry, stream: bool) -> Value
         body["stream_options"] = json!({ "include_usage": true });
     }
     body
+}
+
+/// Searches for the last user message and puts the results, numbered for
+/// citation, in a system message ahead of the conversation.
+async fn ground_in_search_results(
+    state: &AppState,
+    params: &mut ChatParams,
+) -> Result<(), ApiError> {
+    let search = state.search.as_ref().ok_or_else(|| {
+        ApiError::from(ValidationError::new(
+            "web_search",
+            "web_search needs a search backend, and none is configured",
+        ))
+    })?;
+    let query = params
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .map(|m| m.text())
+        .unwrap_or_default();
+    let results = search
+        .search(&query)
+        .await
+        .map_err(|e| ApiError::Upstream(e.to_string()))?;
+    let grounding = ChatMessage {
+        role: "system".into(),
+        content: Some(MessageContent::Text(grounding_prompt(&query, &results))),
+        images: None,
+        name: None,
+        tool_call_id: None,
+        tool_calls: None,
+    };
+    params.messages.insert(0, grounding);
+    Ok(())
 }
 
 /// Tries the model's upstream, then each fallback in order.
@@ -153,13 +197,9 @@ pub async fn create_chat_completion(
         .catalogue
         .resolve(request.model.as_deref(), ModelCategory::Chat)?
         .clone();
-    let params = request.validate(stream_query, model.vision)?;
+    let mut params = request.validate(stream_query, model.vision)?;
     if params.web_search {
-        return Err(ValidationError::new(
-            "web_search",
-            "web_search needs a search backend, and none is configured",
-        )
-        .into());
+        ground_in_search_results(&state, &mut params).await?;
     }
     let frames = Frames {
         id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()),

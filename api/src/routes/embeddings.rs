@@ -1,6 +1,7 @@
 //! `POST /embeddings`: served by the API directly.
 
 use actix_web::{HttpResponse, post, web};
+use base64::Engine;
 use serde_json::json;
 use unigen_shared::chat::{EmbeddingRequest, count_tokens};
 use unigen_shared::domain::ModelCategory;
@@ -32,7 +33,7 @@ pub async fn create_embeddings(
     let model = state
         .catalogue
         .resolve(request.model.as_deref(), ModelCategory::Embedding)?;
-    let (inputs, dimensions) = request.validate()?;
+    let (inputs, dimensions, as_base64) = request.validate()?;
     let dimensions = dimensions.unwrap_or(DEFAULT_EMBEDDING_DIMENSIONS);
     state
         .local
@@ -43,7 +44,16 @@ pub async fn create_embeddings(
     let data: Vec<_> = inputs
         .iter()
         .enumerate()
-        .map(|(index, text)| json!({ "object": "embedding", "index": index, "embedding": embed(text, dimensions) }))
+        .map(|(index, text)| {
+            let vector = embed(text, dimensions);
+            let embedding = if as_base64 {
+                let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(vector)
+            };
+            json!({ "object": "embedding", "index": index, "embedding": embedding })
+        })
         .collect();
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",

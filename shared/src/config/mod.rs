@@ -16,6 +16,9 @@ pub struct Settings {
     pub http: HttpSettings,
     pub storage: StorageSettings,
     pub fetch: FetchSettings,
+    /// `[search]`: web search for `web_search: true` (see `crate::search`).
+    #[serde(default)]
+    pub search: crate::search::SearchSettings,
     pub jobs: JobSettings,
     pub notify: NotifySettings,
     pub worker: WorkerSettings,
@@ -156,6 +159,10 @@ pub struct ModelEntry {
     /// Credits per unit of output: an image, an edit, a second of video, a
     /// music track, 1,000 characters of speech, a minute of transcribed audio.
     pub credits_per_unit: i64,
+    /// Chat: credits per 1,000 completion tokens when they cost more than
+    /// prompt tokens (`credits_per_unit` prices the prompt).
+    #[serde(default)]
+    pub completion_credits_per_unit: Option<i64>,
     /// Longest output a duration-based model produces (music, video), seconds.
     #[serde(default)]
     pub max_duration_seconds: Option<f64>,

@@ -446,3 +446,93 @@ mod sse_tests {
         assert_eq!(values, vec![1, 2]);
     }
 }
+
+impl OpenAiClient {
+    /// `POST {base}/images/generations` asking for `b64_json`; returns the
+    /// image bytes (a URL answer is downloaded from the upstream).
+    pub async fn generate_images(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+        use base64::Engine;
+        let answer: serde_json::Value = self
+            .with_retries(|| async {
+                let request = self
+                    .http
+                    .post(format!("{}/images/generations", self.base_url))
+                    .json(body);
+                let response = self
+                    .authorized(request)
+                    .send()
+                    .await
+                    .map_err(connection_failure)?;
+                read_json(response).await
+            })
+            .await?;
+        let items = answer["data"]
+            .as_array()
+            .ok_or_else(|| ProviderError::Permanent("the upstream answered no images".into()))?;
+        let mut images = Vec::with_capacity(items.len());
+        for item in items {
+            if let Some(encoded) = item["b64_json"].as_str() {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|_| {
+                        ProviderError::Permanent(
+                            "the upstream answered undecodable image data".into(),
+                        )
+                    })?;
+                images.push(bytes);
+            } else if let Some(url) = item["url"].as_str() {
+                let response = self
+                    .http
+                    .get(url)
+                    .send()
+                    .await
+                    .map_err(|e| connection_failure(e).error)?;
+                if !response.status().is_success() {
+                    return Err(ProviderError::Transient(format!(
+                        "downloading the upstream image answered {}",
+                        response.status()
+                    )));
+                }
+                images.push(
+                    response
+                        .bytes()
+                        .await
+                        .map_err(|e| connection_failure(e).error)?
+                        .to_vec(),
+                );
+            } else {
+                return Err(ProviderError::Permanent(
+                    "the upstream answered an image without data".into(),
+                ));
+            }
+        }
+        Ok(images)
+    }
+
+    /// `POST {base}/audio/speech`: the audio bytes.
+    pub async fn speech(&self, body: &serde_json::Value) -> Result<Vec<u8>, ProviderError> {
+        self.with_retries(|| async {
+            let request = self
+                .http
+                .post(format!("{}/audio/speech", self.base_url))
+                .json(body);
+            let response = self
+                .authorized(request)
+                .send()
+                .await
+                .map_err(connection_failure)?;
+            if !response.status().is_success() {
+                return Err(status_failure(response).await);
+            }
+            response
+                .bytes()
+                .await
+                .map(|b| b.to_vec())
+                .map_err(connection_failure)
+        })
+        .await
+    }
+}

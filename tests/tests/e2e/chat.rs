@@ -206,6 +206,26 @@ async fn embeddings_are_normalized_vectors_where_similar_texts_are_closer() {
     assert!((dot(&vectors[0], &vectors[0]) - 1.0).abs() < 1e-4);
     assert!(dot(&vectors[0], &vectors[1]) > dot(&vectors[0], &vectors[2]));
     assert!(result["usage"]["prompt_tokens"].as_u64().unwrap() > 10);
+    // base64 (what the OpenAI SDKs ask for) carries the same little-endian f32s.
+    let body =
+        json!({"input": "The cat sat on the mat", "dimensions": 128, "encoding_format": "base64"});
+    let (_, encoded) = json_of(app.post_json("/api/v1/embeddings", &app.key, &body).await).await;
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded["data"][0]["embedding"].as_str().unwrap())
+        .unwrap();
+    let decoded: Vec<f64> = bytes
+        .chunks(4)
+        .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+        .collect();
+    assert_eq!(decoded.len(), vectors[0].len());
+    assert!(
+        decoded
+            .iter()
+            .zip(&vectors[0])
+            .all(|(a, b)| (a - b).abs() < 1e-6),
+        "same vector as the float answer"
+    );
     let (status, error) = json_of(
         app.post_json("/api/v1/embeddings", &app.key, &json!({"input": []}))
             .await,
@@ -226,6 +246,7 @@ fn upstream_model(id: &str, upstream: &str, fallbacks: Vec<String>) -> ModelEntr
         owned_by: "acme".into(),
         capabilities: vec!["chat".into()],
         credits_per_unit: 2,
+        completion_credits_per_unit: Some(6),
         max_duration_seconds: None,
         languages: None,
         vision: false,
@@ -299,6 +320,10 @@ async fn an_upstream_model_falls_back_when_its_first_upstream_fails_and_retries_
         "Hi from upstream"
     );
     assert_eq!(completion["usage"]["total_tokens"], 15);
+    assert_eq!(
+        completion["usage"]["credits_used"], 1,
+        "(11 x 2 + 4 x 6) / 1000, rounded up"
+    );
     let sent = &flaky.received_requests().await.unwrap();
     assert_eq!(sent.len(), 2, "the 429 was retried");
     let forwarded: Value = serde_json::from_slice(&sent[1].body).unwrap();
@@ -393,4 +418,172 @@ async fn an_upstream_stream_is_relayed_chunk_by_chunk_with_usage() {
         serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(forwarded["stream"], true);
     assert_eq!(forwarded["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_and_speech_models_can_run_on_an_openai_compatible_upstream() {
+    use base64::Engine;
+    let server = MockServer::start().await;
+    let mut png = Vec::new();
+    image::RgbImage::from_pixel(64, 48, image::Rgb([200, 30, 30]))
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    Mock::given(method("POST"))
+        .and(path("/v1/images/generations"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "created": 1, "data": [{"b64_json": base64::engine::general_purpose::STANDARD.encode(&png)}]
+        })))
+        .mount(&server)
+        .await;
+    let mut wav = Vec::new();
+    {
+        let spec = hound::WavSpec {
+            channels: 1,
+            sample_rate: 16_000,
+            bits_per_sample: 16,
+            sample_format: hound::SampleFormat::Int,
+        };
+        let mut writer = hound::WavWriter::new(std::io::Cursor::new(&mut wav), spec).unwrap();
+        for i in 0..32_000 {
+            writer
+                .write_sample(((i as f32 * 0.05).sin() * 8000.0) as i16)
+                .unwrap();
+        }
+        writer.finalize().unwrap();
+    }
+    Mock::given(method("POST"))
+        .and(path("/v1/audio/speech"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "audio/wav")
+                .set_body_bytes(wav),
+        )
+        .mount(&server)
+        .await;
+    let url = server.uri();
+    let app = TestApp::spawn_with(TestOptions::default().configure(move |s| {
+        s.upstreams.insert("acme".into(), upstream(&url));
+        let mut painter = upstream_model("acme/painter", "acme", vec![]);
+        painter.category = ModelCategory::Image;
+        painter.capabilities = vec!["text_to_image".into()];
+        s.models.push(painter);
+        let mut voice = upstream_model("acme/voice", "acme", vec![]);
+        voice.category = ModelCategory::Audio;
+        voice.capabilities = vec!["text_to_speech".into()];
+        s.models.push(voice);
+    }))
+    .await;
+
+    let body = json!({"model": "acme/painter", "prompt": "a red square", "size": "512x512"});
+    let (status, result) = json_of(
+        app.post_json("/api/v1/images/generations", &app.key, &body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(
+        (
+            result["data"][0]["width"].as_u64(),
+            result["data"][0]["height"].as_u64()
+        ),
+        (Some(64), Some(48)),
+        "the upstream's real size"
+    );
+    let stored = crate::media::fetch(&app, result["data"][0]["url"].as_str().unwrap()).await;
+    assert_eq!(stored, png);
+    let sent: Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(
+        (sent["model"].as_str(), sent["response_format"].as_str()),
+        (Some("gpt-upstream"), Some("b64_json"))
+    );
+
+    let body = json!({"model": "acme/voice", "input": "hello", "response_format": "wav"});
+    let (status, result) =
+        json_of(app.post_json("/api/v1/audio/speech", &app.key, &body).await).await;
+    assert_eq!(status, 200, "{result}");
+    assert!(
+        (result["duration_seconds"].as_f64().unwrap() - 2.0).abs() < 0.05,
+        "{result}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_search_grounds_the_answer_in_searxng_results() {
+    let searx = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/search"))
+        .and(wiremock::matchers::query_param("format", "json"))
+        .and(wiremock::matchers::query_param("q", "who maintains tokio"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"query": "who maintains tokio", "results": [
+            {"title": "Tokio - An asynchronous Rust runtime", "url": "https://tokio.rs/", "content": "Tokio is maintained by the <b>Tokio</b> team."},
+            {"title": "tokio-rs/tokio", "url": "https://github.com/tokio-rs/tokio", "content": "A runtime for writing reliable network applications."}
+        ]})))
+        .mount(&searx)
+        .await;
+    let upstream_server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion", "created": 1, "model": "gpt-upstream",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "The Tokio team [1]."}, "finish_reason": "stop"}]
+        })))
+        .mount(&upstream_server)
+        .await;
+    let (searx_url, upstream_url) = (searx.uri(), upstream_server.uri());
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        s.search.backend = "searxng".into();
+        s.search.url = Some(searx_url);
+        s.upstreams.insert("acme".into(), upstream(&upstream_url));
+        s.models
+            .push(upstream_model("acme/gpt-test", "acme", vec![]));
+    }))
+    .await;
+    let body = json!({"model": "acme/gpt-test", "web_search": true, "messages": [{"role": "user", "content": "who maintains tokio"}]});
+    let (status, completion) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{completion}");
+    assert_eq!(
+        completion["choices"][0]["message"]["content"],
+        "The Tokio team [1]."
+    );
+    let sent: Value =
+        serde_json::from_slice(&upstream_server.received_requests().await.unwrap()[0].body)
+            .unwrap();
+    let grounding = &sent["messages"][0];
+    assert_eq!(grounding["role"], "system");
+    let text = grounding["content"].as_str().unwrap();
+    assert!(
+        text.contains("[1]") && text.contains("https://tokio.rs/") && text.contains("Tokio team"),
+        "{text}"
+    );
+    assert!(!text.contains("<b>"), "snippets are plain text");
+    assert_eq!(sent["messages"][1]["content"], "who maintains tokio");
+
+    // A search backend that fails is a server error, not a silent ungrounded answer.
+    Mock::given(method("GET"))
+        .and(path("/search"))
+        .and(wiremock::matchers::query_param("q", "boom"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount(&searx)
+        .await;
+    let failing = json!({"model": "acme/gpt-test", "web_search": true, "messages": [{"role": "user", "content": "boom"}]});
+    let (status, error) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &failing)
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (status, error["error"]["code"].as_str()),
+        (500, Some("server_error")),
+        "{error}"
+    );
+    assert_eq!(
+        upstream_server.received_requests().await.unwrap().len(),
+        1,
+        "no ungrounded call was made"
+    );
 }

@@ -5,7 +5,10 @@ use serde_json::json;
 use unigen_shared::db::models::Job;
 use unigen_shared::jobs::image::ImageParams;
 
-use super::{params_of, retry_transient, store_output};
+use unigen_shared::config::ModelEntry;
+use unigen_shared::providers::openai::OpenAiClient;
+
+use super::{params_of, retry_transient, store_output, upstream_client};
 use crate::WorkerContext;
 use crate::error::ToolError;
 use crate::execute::Progress;
@@ -17,6 +20,9 @@ pub async fn run(
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
     let params: ImageParams = params_of(job)?;
+    if let Some((model, client)) = upstream_client(context, job)? {
+        return run_upstream(context, job, &params, model, client).await;
+    }
     let mut images = Vec::with_capacity(params.n as usize);
     for index in 0..params.n {
         // Transient provider failures are retried inside the attempt.
@@ -35,5 +41,42 @@ pub async fn run(
     Ok(ToolOutput {
         output: json!({ "images": images }),
         actual_credits: job.estimated_credits,
+    })
+}
+
+/// The `openai` adapter: one upstream call for all `n` images.
+async fn run_upstream(
+    context: &WorkerContext,
+    job: &Job,
+    params: &ImageParams,
+    model: &ModelEntry,
+    client: &OpenAiClient,
+) -> Result<ToolOutput, ToolError> {
+    let mut body = json!({
+        "model": model.upstream_model.as_deref().unwrap_or(&model.id),
+        "prompt": params.prompt,
+        "n": params.n,
+        "size": format!("{}x{}", params.width, params.height),
+        "response_format": "b64_json",
+        "style": params.style,
+    });
+    // Not every upstream knows `seed`; it is sent for those that do.
+    body["seed"] = json!(params.seed);
+    let images = client.generate_images(&body).await?;
+    let mut stored = Vec::with_capacity(images.len());
+    for (index, bytes) in images.into_iter().enumerate() {
+        let (width, height) = image::load_from_memory(&bytes)
+            .map(|img| (img.width(), img.height()))
+            .map_err(|_| {
+                ToolError::Provider(unigen_shared::providers::ProviderError::Permanent(
+                    "the upstream image could not be decoded".into(),
+                ))
+            })?;
+        let key = store_output(context, job, &format!("{index}.png"), bytes).await?;
+        stored.push(json!({ "file": key, "width": width, "height": height }));
+    }
+    Ok(ToolOutput {
+        actual_credits: job.estimated_credits,
+        output: json!({ "images": stored }),
     })
 }

@@ -96,3 +96,34 @@ where
     .when(|e| matches!(e, ProviderError::Transient(_)))
     .await
 }
+
+/// The `openai` client of a job's model (its first configured upstream), or
+/// `None` for models on the built-in provider.
+pub fn upstream_client<'a>(
+    context: &'a WorkerContext,
+    job: &Job,
+) -> Result<
+    Option<(
+        &'a unigen_shared::config::ModelEntry,
+        &'a unigen_shared::providers::openai::OpenAiClient,
+    )>,
+    ToolError,
+> {
+    let model = context.catalogue.get(&job.model).ok_or_else(|| {
+        ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
+    })?;
+    if model.adapter != "openai" {
+        return Ok(None);
+    }
+    let client = model
+        .upstream
+        .as_ref()
+        .and_then(|name| context.upstreams.get(name))
+        .ok_or_else(|| {
+            ToolError::Provider(ProviderError::Permanent(format!(
+                "model {} has no upstream",
+                model.id
+            )))
+        })?;
+    Ok(Some((model, client)))
+}

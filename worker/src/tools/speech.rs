@@ -3,7 +3,7 @@
 use serde_json::json;
 use unigen_shared::db::models::Job;
 use unigen_shared::jobs::speech::SpeechParams;
-use unigen_shared::providers::local::audio::AudioFormat;
+use unigen_shared::providers::local::audio::{self, AudioFormat};
 use unigen_shared::providers::local::speech::{self, SpeechSpec};
 
 use super::{params_of, store_output};
@@ -28,6 +28,18 @@ pub async fn run(
 ) -> Result<ToolOutput, ToolError> {
     let params: SpeechParams = params_of(job)?;
     let format = format(&params.response_format);
+    if let Some((model, client)) = super::upstream_client(context, job)? {
+        let body = json!({
+            "model": model.upstream_model.as_deref().unwrap_or(&model.id),
+            "input": params.input,
+            "voice": params.voice,
+            "speed": params.speed,
+            "response_format": params.response_format,
+        });
+        let bytes = client.speech(&body).await?;
+        let duration = audio::probe_duration(&bytes).await?;
+        return finish(context, job, &params, format, bytes, duration).await;
+    }
     super::retry_transient(|| context.local.simulate_conditions()).await?;
     progress.report(10).await;
     // `reference_audio` is kept with the job; espeak-ng cannot clone voices.
@@ -38,11 +50,31 @@ pub async fn run(
         format,
     })
     .await?;
+    finish(
+        context,
+        job,
+        &params,
+        format,
+        speech.bytes,
+        speech.duration_seconds,
+    )
+    .await
+}
+
+/// Stores the audio; speech is priced per started 1,000 characters.
+async fn finish(
+    context: &WorkerContext,
+    job: &Job,
+    params: &SpeechParams,
+    format: AudioFormat,
+    bytes: Vec<u8>,
+    duration_seconds: f64,
+) -> Result<ToolOutput, ToolError> {
     let key = store_output(
         context,
         job,
         &format!("speech.{}", format.extension()),
-        speech.bytes,
+        bytes,
     )
     .await?;
     let characters = params.character_count() as i64;
@@ -50,7 +82,7 @@ pub async fn run(
     Ok(ToolOutput {
         output: json!({
             "audio_file": key,
-            "duration_seconds": speech.duration_seconds,
+            "duration_seconds": duration_seconds,
             "character_count": characters,
             "format": params.response_format,
         }),

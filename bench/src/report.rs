@@ -1,0 +1,149 @@
+//! Results as a table and as JSON: percentiles per rate and target, and the
+//! gateway's added latency (api - upstream) at the same percentiles.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::load::Pass;
+
+/// One pass in milliseconds.
+#[derive(Debug, Serialize)]
+pub struct Stats {
+    pub requests: u64,
+    pub errors: u64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    /// Worst lateness of the load generator's scheduler.
+    pub max_send_lag_ms: f64,
+}
+
+/// What the gateway adds, per percentile (negative: it was faster, i.e. noise).
+#[derive(Debug, Serialize)]
+pub struct Added {
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RateResult {
+    pub rate: u32,
+    pub api: Stats,
+    pub upstream: Stats,
+    pub added: Added,
+}
+
+fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+impl Stats {
+    pub fn from_pass(pass: &Pass) -> Self {
+        let h = &pass.histogram;
+        Self {
+            requests: pass.requests,
+            errors: pass.errors,
+            p50_ms: ms(h.value_at_quantile(0.50)),
+            p90_ms: ms(h.value_at_quantile(0.90)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            p999_ms: ms(h.value_at_quantile(0.999)),
+            max_ms: ms(h.max()),
+            max_send_lag_ms: ms(pass.max_lag.as_micros() as u64),
+        }
+    }
+}
+
+impl RateResult {
+    pub fn new(rate: u32, api: Stats, upstream: Stats) -> Self {
+        let added = Added {
+            p50_ms: api.p50_ms - upstream.p50_ms,
+            p90_ms: api.p90_ms - upstream.p90_ms,
+            p99_ms: api.p99_ms - upstream.p99_ms,
+        };
+        Self {
+            rate,
+            api,
+            upstream,
+            added,
+        }
+    }
+}
+
+/// The results table, latencies in ms with 3 decimals.
+pub fn table(results: &[RateResult]) -> String {
+    let mut out = format!(
+        "{:>6}  {:<9} {:>8} {:>7} {:>9} {:>9} {:>9} {:>9}\n",
+        "rate/s", "target", "requests", "errors", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms"
+    );
+    for r in results {
+        for (target, s) in [("api", &r.api), ("upstream", &r.upstream)] {
+            let _ = writeln!(
+                out,
+                "{:>6}  {:<9} {:>8} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                r.rate, target, s.requests, s.errors, s.p50_ms, s.p90_ms, s.p99_ms, s.p999_ms
+            );
+        }
+        let a = &r.added;
+        let _ = writeln!(
+            out,
+            "{:>6}  {:<9} {:>8} {:>7} {:>9.3} {:>9.3} {:>9.3}",
+            r.rate, "added", "", "", a.p50_ms, a.p90_ms, a.p99_ms
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use hdrhistogram::Histogram;
+
+    use super::*;
+
+    /// A pass whose latencies are 1..=1000 times `step_us`.
+    fn pass(step_us: u64) -> Pass {
+        let mut histogram = Histogram::new_with_bounds(1, 60_000_000, 3).unwrap();
+        for i in 1..=1000 {
+            histogram.record(i * step_us).unwrap();
+        }
+        Pass {
+            histogram,
+            requests: 1001,
+            errors: 1,
+            max_lag: Duration::from_micros(1500),
+        }
+    }
+
+    #[test]
+    fn percentiles_are_in_milliseconds_and_added_is_api_minus_upstream() {
+        // Values under 2048 us are stored exactly at 3 significant figures.
+        let result = RateResult::new(200, Stats::from_pass(&pass(2)), Stats::from_pass(&pass(1)));
+        assert_eq!(result.upstream.p50_ms, 0.5);
+        assert_eq!(result.upstream.p99_ms, 0.99);
+        assert_eq!(result.api.p50_ms, 1.0);
+        assert_eq!(result.api.max_send_lag_ms, 1.5);
+        assert!((result.added.p50_ms - 0.5).abs() < 1e-9);
+        assert!((result.added.p99_ms - 0.99).abs() < 1e-9);
+
+        let table = table(&[result]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4);
+        let cells = |line: &str| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            cells(lines[1]),
+            [
+                "200", "api", "1001", "1", "1.000", "1.800", "1.980", "1.998"
+            ]
+        );
+        assert_eq!(cells(lines[3]), ["200", "added", "0.500", "0.900", "0.990"]);
+    }
+}
