@@ -98,6 +98,17 @@ ensure_whisper_venv() {
   fi
 }
 
+# The official OpenAI Python SDK, which the end-to-end tests run against the API.
+ensure_sdk_python() {
+  ensure_whisper_venv
+  local wanted
+  wanted=$(sed -n 's/^openai==//p' "$ROOT/tests/sdk/requirements.txt")
+  if [ "$("$ROOT/.venv/bin/python" -c 'import openai; print(openai.__version__)' 2>/dev/null)" != "$wanted" ]; then
+    log "installing the OpenAI Python SDK $wanted into .venv"
+    "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/tests/sdk/requirements.txt"
+  fi
+}
+
 # Starts the sidecar on $1 unless something answers there; sets WHISPER_PID.
 start_whisper() {
   local port=$1
