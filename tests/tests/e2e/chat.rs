@@ -587,3 +587,123 @@ async fn web_search_grounds_the_answer_in_searxng_results() {
         "no ungrounded call was made"
     );
 }
+
+/// An upstream that streams a chunk every 100 ms for up to 20 s, and reports
+/// when its client closes the connection.
+async fn slow_sse_upstream() -> (String, tokio::sync::oneshot::Receiver<()>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let (mut reader, mut writer) = socket.into_split();
+        let mut request = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = reader.read(&mut buffer).await.unwrap();
+            request.extend_from_slice(&buffer[..n]);
+        }
+        writer
+            .write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let streaming = async {
+            for i in 0..200 {
+                let chunk = json!({"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                                   "choices": [{"index": 0, "delta": {"content": format!("w{i} ")}, "finish_reason": null}]});
+                if writer
+                    .write_all(format!("data: {chunk}\n\n").as_bytes())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
+        // Whichever comes first: the client closes (EOF or error on read), or we finish.
+        tokio::select! {
+            () = streaming => {}
+            _ = async { loop { match reader.read(&mut buffer).await { Ok(0) | Err(_) => break, Ok(_) => {} } } } => {
+                let _ = closed_tx.send(());
+            }
+        }
+    });
+    (url, closed_rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_mid_stream_cancels_the_upstream_request() {
+    let (url, upstream_closed) = slow_sse_upstream().await;
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        s.upstreams.insert("slow".into(), upstream(&url));
+        s.models.push(upstream_model("acme/slow", "slow", vec![]));
+    }))
+    .await;
+    let body = json!({"model": "acme/slow", "stream": true, "messages": [{"role": "user", "content": "talk slowly"}]});
+    let mut response = app
+        .post_json("/api/v1/chat/completions", &app.key, &body)
+        .await;
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("data: "),
+        "tokens flow before the upstream finishes"
+    );
+    drop(response);
+    tokio::time::timeout(std::time::Duration::from_secs(10), upstream_closed)
+        .await
+        .expect("the upstream connection was closed soon after the client left")
+        .expect("closed, not abandoned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_slower_than_its_timeout_is_abandoned_for_the_next_one() {
+    let slow = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_delay(std::time::Duration::from_secs(5))
+                .set_body_json(json!({})),
+        )
+        .mount(&slow)
+        .await;
+    let fast = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "fast answer"}, "finish_reason": "stop"}]
+        })))
+        .mount(&fast)
+        .await;
+    let (slow_url, fast_url) = (slow.uri(), fast.uri());
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        let mut slow_upstream = upstream(&slow_url);
+        slow_upstream.timeout_seconds = 1;
+        s.upstreams.insert("slow".into(), slow_upstream);
+        s.upstreams.insert("fast".into(), upstream(&fast_url));
+        s.models
+            .push(upstream_model("acme/gpt-test", "slow", vec!["fast".into()]));
+    }))
+    .await;
+    let body = json!({"model": "acme/gpt-test", "messages": [{"role": "user", "content": "hi"}]});
+    let (status, completion) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{completion}");
+    assert_eq!(
+        completion["choices"][0]["message"]["content"],
+        "fast answer"
+    );
+    assert!(
+        completion["usage"]["completion_tokens"].as_u64().unwrap() > 0,
+        "counted locally when the upstream reports none"
+    );
+}
