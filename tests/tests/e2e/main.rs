@@ -7,7 +7,7 @@ mod images;
 mod jobs;
 mod legacy;
 mod media;
-mod sdk;
 mod ops;
 mod pipeline;
+mod sdk;
 mod tools;

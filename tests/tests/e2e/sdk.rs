@@ -16,6 +16,9 @@ async fn the_official_openai_python_sdk_works_unchanged() {
         .expect("running .venv/bin/python (scripts/test sets up .venv)");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "SDK check failed:\n{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "SDK check failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("all SDK checks passed"), "{stdout}");
 }
