@@ -256,6 +256,19 @@ impl ChatCompletionRequest {
     }
 }
 
+impl ChatParams {
+    /// The text of the last user message: what the echo model answers and
+    /// what web search looks up.
+    pub fn last_user_text(&self) -> String {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(ChatMessage::text)
+            .unwrap_or_default()
+    }
+}
+
 /// `input` of `POST /embeddings`: a string or an array of strings.
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]

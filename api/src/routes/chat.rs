@@ -81,13 +81,7 @@ async fn ground_in_search_results(
             "web_search needs a search backend, and none is configured",
         ))
     })?;
-    let query = params
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(|m| m.text())
-        .unwrap_or_default();
+    let query = params.last_user_text();
     let results = search
         .search(&query)
         .await

@@ -121,6 +121,22 @@ impl OpenAiClient {
         Ok(into_transcript(verbose, options.words))
     }
 
+    /// `POST {base}/{path}` with a JSON body; a connection failure is transient.
+    async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<reqwest::Response, Attempt> {
+        let request = self
+            .http
+            .post(format!("{}/{path}", self.base_url))
+            .json(body);
+        self.authorized(request)
+            .send()
+            .await
+            .map_err(connection_failure)
+    }
+
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         if self.api_key.is_empty() {
             request
@@ -307,15 +323,7 @@ impl OpenAiClient {
     /// `POST {base}/chat/completions` without streaming.
     pub async fn chat(&self, body: &serde_json::Value) -> Result<serde_json::Value, ProviderError> {
         self.with_retries(|| async {
-            let request = self
-                .http
-                .post(format!("{}/chat/completions", self.base_url))
-                .json(body);
-            let response = self
-                .authorized(request)
-                .send()
-                .await
-                .map_err(connection_failure)?;
+            let response = self.post_json("chat/completions", body).await?;
             read_json::<serde_json::Value>(response).await
         })
         .await
@@ -330,15 +338,7 @@ impl OpenAiClient {
     ) -> Result<ChunkStream, ProviderError> {
         let response = self
             .with_retries(|| async {
-                let request = self
-                    .http
-                    .post(format!("{}/chat/completions", self.base_url))
-                    .json(body);
-                let response = self
-                    .authorized(request)
-                    .send()
-                    .await
-                    .map_err(connection_failure)?;
+                let response = self.post_json("chat/completions", body).await?;
                 if response.status().is_success() {
                     Ok(response)
                 } else {
@@ -457,15 +457,7 @@ impl OpenAiClient {
         use base64::Engine;
         let answer: serde_json::Value = self
             .with_retries(|| async {
-                let request = self
-                    .http
-                    .post(format!("{}/images/generations", self.base_url))
-                    .json(body);
-                let response = self
-                    .authorized(request)
-                    .send()
-                    .await
-                    .map_err(connection_failure)?;
+                let response = self.post_json("images/generations", body).await?;
                 read_json(response).await
             })
             .await?;
@@ -515,15 +507,7 @@ impl OpenAiClient {
     /// `POST {base}/audio/speech`: the audio bytes.
     pub async fn speech(&self, body: &serde_json::Value) -> Result<Vec<u8>, ProviderError> {
         self.with_retries(|| async {
-            let request = self
-                .http
-                .post(format!("{}/audio/speech", self.base_url))
-                .json(body);
-            let response = self
-                .authorized(request)
-                .send()
-                .await
-                .map_err(connection_failure)?;
+            let response = self.post_json("audio/speech", body).await?;
             if !response.status().is_success() {
                 return Err(status_failure(response).await);
             }

@@ -18,19 +18,12 @@ pub async fn run(
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
     let params: TranscriptionParams = params_of(job)?;
-    let model = context.catalogue.get(&job.model).ok_or_else(|| {
-        ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
+    let (model, client) = super::upstream_client(context, job)?.ok_or_else(|| {
+        ToolError::Provider(ProviderError::Permanent(format!(
+            "model {} has no transcription upstream",
+            job.model
+        )))
     })?;
-    let client = model
-        .upstream
-        .as_ref()
-        .and_then(|name| context.upstreams.get(name))
-        .ok_or_else(|| {
-            ToolError::Provider(ProviderError::Permanent(format!(
-                "model {} has no upstream",
-                model.id
-            )))
-        })?;
     let file = params
         .inputs
         .get("file")

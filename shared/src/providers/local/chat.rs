@@ -23,13 +23,7 @@ pub struct Completion {
 
 /// The echo model's reply to `params`.
 pub fn echo(params: &ChatParams) -> Completion {
-    let last_user = params
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(|m| m.text())
-        .unwrap_or_default();
+    let last_user = params.last_user_text();
     let mut text = last_user;
     let mut finish_reason = "stop";
     if let Some(cut) = params
