@@ -4,12 +4,12 @@
 //! is the gateway's cost (auth, validation, proxying, accounting).
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use reqwest::header::CONTENT_TYPE;
 use serde_json::json;
-use tokio::time::Instant;
 
 use crate::load::{self, Pass, Schedule};
 use crate::report::{self, RateResult, Stats};
@@ -111,9 +111,11 @@ fn client(rate: u32, timeout: Duration) -> reqwest::Result<reqwest::Client> {
         .build()
 }
 
-async fn pass(target: &Target, schedule: Schedule, timeout: Duration) -> anyhow::Result<Pass> {
+async fn pass(target: &Arc<Target>, schedule: Schedule, timeout: Duration) -> anyhow::Result<Pass> {
     let client = client(schedule.rate, timeout)?;
-    let pass = load::run(schedule, Instant::now(), || {
+    let name = target.name;
+    let target = Arc::clone(target);
+    let pass = load::run(schedule, Instant::now(), move || {
         let response = target.request(&client).send();
         async move {
             match response.await {
@@ -125,21 +127,28 @@ async fn pass(target: &Target, schedule: Schedule, timeout: Duration) -> anyhow:
     .await;
     let stats = Stats::from_pass(&pass);
     eprintln!(
-        "{:>5}/s {:<8}  {} requests, {} errors, p50 {:.3} ms, p99 {:.3} ms, scheduler lag max {:.3} ms",
+        "{:>5}/s {:<8}  {} requests, {} errors, p50 {:.3} ms, p99 {:.3} ms; send lag p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
         schedule.rate,
-        target.name,
+        name,
         stats.requests,
         stats.errors,
         stats.p50_ms,
         stats.p99_ms,
-        stats.max_send_lag_ms
+        stats.send_lag_p50_ms,
+        stats.send_lag_p99_ms,
+        stats.send_lag_max_ms,
     );
     Ok(pass)
 }
 
 async fn measure(args: &Args) -> anyhow::Result<Vec<RateResult>> {
-    let api = Target::new("api", &args.api, Some(&args.key), &args.model);
-    let upstream = Target::new("upstream", &args.upstream, None, &args.upstream_model);
+    let api = Arc::new(Target::new("api", &args.api, Some(&args.key), &args.model));
+    let upstream = Arc::new(Target::new(
+        "upstream",
+        &args.upstream,
+        None,
+        &args.upstream_model,
+    ));
     let timeout = Duration::from_secs(args.timeout);
     let probe = client(1, timeout)?;
     api.check(&probe).await?;

@@ -17,8 +17,11 @@ pub struct Stats {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
-    /// Worst lateness of the load generator's scheduler.
-    pub max_send_lag_ms: f64,
+    /// How late the load generator sent requests (part of the latencies):
+    /// its floor, and whether it kept up.
+    pub send_lag_p50_ms: f64,
+    pub send_lag_p99_ms: f64,
+    pub send_lag_max_ms: f64,
 }
 
 /// What the gateway adds, per percentile (negative: it was faster, i.e. noise).
@@ -52,17 +55,22 @@ impl Stats {
             p99_ms: ms(h.value_at_quantile(0.99)),
             p999_ms: ms(h.value_at_quantile(0.999)),
             max_ms: ms(h.max()),
-            max_send_lag_ms: ms(pass.max_lag.as_micros() as u64),
+            send_lag_p50_ms: ms(pass.lag.value_at_quantile(0.50)),
+            send_lag_p99_ms: ms(pass.lag.value_at_quantile(0.99)),
+            send_lag_max_ms: ms(pass.lag.max()),
         }
     }
 }
 
 impl RateResult {
     pub fn new(rate: u32, api: Stats, upstream: Stats) -> Self {
+        // Both sides are whole microseconds: rounding keeps the JSON free of
+        // float noise (0.418, not 0.41800000000000004).
+        let diff = |a: f64, b: f64| ((a - b) * 1000.0).round() / 1000.0;
         let added = Added {
-            p50_ms: api.p50_ms - upstream.p50_ms,
-            p90_ms: api.p90_ms - upstream.p90_ms,
-            p99_ms: api.p99_ms - upstream.p99_ms,
+            p50_ms: diff(api.p50_ms, upstream.p50_ms),
+            p90_ms: diff(api.p90_ms, upstream.p90_ms),
+            p99_ms: diff(api.p99_ms, upstream.p99_ms),
         };
         Self {
             rate,
@@ -99,23 +107,22 @@ pub fn table(results: &[RateResult]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
-    use hdrhistogram::Histogram;
-
     use super::*;
+    use crate::load::histogram;
 
     /// A pass whose latencies are 1..=1000 times `step_us`.
     fn pass(step_us: u64) -> Pass {
-        let mut histogram = Histogram::new_with_bounds(1, 60_000_000, 3).unwrap();
+        let mut latencies = histogram();
         for i in 1..=1000 {
-            histogram.record(i * step_us).unwrap();
+            latencies.record(i * step_us).unwrap();
         }
+        let mut lag = histogram();
+        lag.record(1500).unwrap();
         Pass {
-            histogram,
+            histogram: latencies,
             requests: 1001,
             errors: 1,
-            max_lag: Duration::from_micros(1500),
+            lag,
         }
     }
 
@@ -126,9 +133,10 @@ mod tests {
         assert_eq!(result.upstream.p50_ms, 0.5);
         assert_eq!(result.upstream.p99_ms, 0.99);
         assert_eq!(result.api.p50_ms, 1.0);
-        assert_eq!(result.api.max_send_lag_ms, 1.5);
-        assert!((result.added.p50_ms - 0.5).abs() < 1e-9);
-        assert!((result.added.p99_ms - 0.99).abs() < 1e-9);
+        assert_eq!(result.api.send_lag_max_ms, 1.5);
+        assert_eq!(result.added.p50_ms, 0.5);
+        assert_eq!(result.added.p90_ms, 0.9);
+        assert_eq!(result.added.p99_ms, 0.99);
 
         let table = table(&[result]);
         let lines: Vec<&str> = table.lines().collect();

@@ -21,6 +21,7 @@ use unigen_shared::notify::{ListenerHub, Notifier};
 use unigen_shared::providers::Catalogue;
 use unigen_shared::providers::local::LocalProvider;
 use unigen_shared::providers::openai::OpenAiClient;
+use unigen_shared::providers::replicate::ReplicateClient;
 use unigen_shared::queue::{SharedConnection, Topology};
 use unigen_shared::storage::{FileStore, build_store};
 
@@ -32,6 +33,8 @@ pub(crate) struct WorkerContext {
     pub catalogue: Catalogue,
     /// One client per `[upstreams.*]` entry, built once.
     pub upstreams: HashMap<String, OpenAiClient>,
+    /// The same upstreams for models on the `replicate` adapter.
+    pub replicates: HashMap<String, ReplicateClient>,
     pub notifier: Notifier,
     pub hub: ListenerHub,
     pub worker_id: String,
@@ -78,6 +81,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             .upstreams
             .iter()
             .map(|(name, upstream)| (name.clone(), OpenAiClient::new(upstream)))
+            .collect(),
+        replicates: settings
+            .upstreams
+            .iter()
+            .map(|(name, upstream)| (name.clone(), ReplicateClient::new(upstream)))
             .collect(),
         notifier,
         hub,

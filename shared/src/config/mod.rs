@@ -268,15 +268,15 @@ impl Settings {
                     crate::providers::ADAPTERS.join(", ")
                 ));
             }
-            if model.adapter == "openai"
+            if model.adapter != "local"
                 && !model
                     .upstream
                     .as_ref()
                     .is_some_and(|u| self.upstreams.contains_key(u))
             {
                 return bad(format!(
-                    "model `{}` uses the openai adapter: `upstream` must name an [upstreams.*] entry",
-                    model.id
+                    "model `{}` uses the {} adapter: `upstream` must name an [upstreams.*] entry",
+                    model.id, model.adapter
                 ));
             }
             if !seen.insert(model.id.as_str()) {

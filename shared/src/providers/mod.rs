@@ -2,13 +2,14 @@
 
 pub mod local;
 pub mod openai;
+pub mod replicate;
 
 use crate::config::ModelEntry;
 use crate::domain::ModelCategory;
 use crate::jobs::ValidationError;
 
 /// Adapters this build can drive.
-pub const ADAPTERS: [&str; 2] = ["local", "openai"];
+pub const ADAPTERS: [&str; 3] = ["local", "openai", "replicate"];
 
 /// How a provider call failed: transient failures may be retried, permanent
 /// ones fail the job with the provider's reason.

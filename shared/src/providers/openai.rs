@@ -159,7 +159,9 @@ impl OpenAiClient {
                     .with_jitter(),
             )
             .when(|failed: &Attempt| matches!(failed.error, ProviderError::Transient(_)))
-            .adjust(|failed: &Attempt, planned| failed.retry_after.or(planned))
+            // `None` from `planned` means no retries left: keep it `None`, or
+            // an upstream that always sends Retry-After is retried forever.
+            .adjust(|failed: &Attempt, planned| planned.map(|p| failed.retry_after.unwrap_or(p)))
             .await
             .map_err(|failed| failed.error)
     }
@@ -518,5 +520,38 @@ impl OpenAiClient {
                 .map_err(connection_failure)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_upstream_that_always_asks_to_retry_later_is_given_up_on() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "0"))
+            .mount(&server)
+            .await;
+        let client = OpenAiClient::new(&UpstreamSettings {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: String::new(),
+            timeout_seconds: 5,
+        });
+        let result =
+            tokio::time::timeout(Duration::from_secs(10), client.chat(&serde_json::json!({})))
+                .await;
+        assert!(
+            matches!(result, Ok(Err(ProviderError::Transient(_)))),
+            "{result:?}"
+        );
+        assert_eq!(
+            server.received_requests().await.unwrap().len(),
+            1 + MAX_RETRIES
+        );
     }
 }

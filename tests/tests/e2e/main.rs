@@ -9,5 +9,6 @@ mod legacy;
 mod media;
 mod ops;
 mod pipeline;
+mod replicate;
 mod sdk;
 mod tools;

@@ -55,6 +55,9 @@ pub async fn run(
         ToolError::InvalidParams(format!("unknown operation {}", params.operation))
     })?;
     super::retry_transient(|| context.local.simulate_conditions()).await?;
+    if let Some((model, client)) = super::replicate_client(context, job)? {
+        return run_replicate_edit(context, job, &params, model, client).await;
+    }
     let image_bytes = required_input(context, &params.inputs, "image").await?;
     let mask_bytes = input(context, &params.inputs, "mask").await?;
     progress.report(10).await;
@@ -94,6 +97,40 @@ pub async fn run(
     let key = store_output(context, job, if png { "0.png" } else { "0.jpg" }, bytes).await?;
     Ok(ToolOutput {
         output: json!({ "images": [{ "file": key, "width": width, "height": height }] }),
+        actual_credits: job.estimated_credits,
+    })
+}
+
+/// The edit on a Replicate model: the parameters as the prediction input.
+async fn run_replicate_edit(
+    context: &WorkerContext,
+    job: &Job,
+    params: &EditParams,
+    model: &unigen_shared::config::ModelEntry,
+    client: &unigen_shared::providers::replicate::ReplicateClient,
+) -> Result<ToolOutput, ToolError> {
+    let mut body = json!({
+        "operation": params.operation, "prompt": params.prompt, "strength": params.strength, "seed": params.seed,
+        "direction": params.direction, "expand_pixels": params.expand_pixels,
+        "new_background": params.new_background, "scale": params.scale,
+    });
+    for field in ["image", "mask"] {
+        if let Some(uri) = super::input_data_uri(context, &params.inputs, field).await? {
+            body[field] = json!(uri);
+        }
+    }
+    let bytes = super::run_replicate(model, client, body, params.model_inputs.as_ref()).await?;
+    let format = image::guess_format(&bytes).map_err(|_| undecodable("upstream result"))?;
+    let decoded = image::load_from_memory(&bytes).map_err(|_| undecodable("upstream result"))?;
+    // JPEG and PNG are kept as they came; anything else is stored as PNG.
+    let (name, bytes) = match format {
+        image::ImageFormat::Jpeg => ("0.jpg", bytes),
+        image::ImageFormat::Png => ("0.png", bytes),
+        _ => ("0.png", edit::encode_png(&decoded)),
+    };
+    let key = store_output(context, job, name, bytes).await?;
+    Ok(ToolOutput {
+        output: json!({ "images": [{ "file": key, "width": decoded.width(), "height": decoded.height() }] }),
         actual_credits: job.estimated_credits,
     })
 }

@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
 use unigen_shared::db::models::Job;
 use unigen_shared::jobs::StoredInputs;
 use unigen_shared::providers::ProviderError;
+use unigen_shared::providers::replicate::{ReplicateClient, first_output_url};
 
 use crate::WorkerContext;
 use crate::error::ToolError;
@@ -126,4 +128,95 @@ pub fn upstream_client<'a>(
             )))
         })?;
     Ok(Some((model, client)))
+}
+
+/// Longest a Replicate prediction may run, and the largest output downloaded.
+const REPLICATE_DEADLINE: Duration = Duration::from_secs(30 * 60);
+const REPLICATE_MAX_OUTPUT: usize = 512 * 1024 * 1024;
+
+/// The model's `replicate` client, or `None` when the model runs elsewhere.
+pub fn replicate_client<'a>(
+    context: &'a WorkerContext,
+    job: &Job,
+) -> Result<Option<(&'a unigen_shared::config::ModelEntry, &'a ReplicateClient)>, ToolError> {
+    let model = context.catalogue.get(&job.model).ok_or_else(|| {
+        ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
+    })?;
+    if model.adapter != "replicate" {
+        return Ok(None);
+    }
+    let client = model
+        .upstream
+        .as_ref()
+        .and_then(|name| context.replicates.get(name))
+        .ok_or_else(|| {
+            ToolError::Provider(ProviderError::Permanent(format!(
+                "model {} has no upstream",
+                model.id
+            )))
+        })?;
+    Ok(Some((model, client)))
+}
+
+/// Runs a prediction and downloads its first output file. The prediction
+/// runs in its own task: if the job is cancelled (this future dropped), the
+/// token fires and the task cancels the prediction upstream.
+pub async fn run_replicate(
+    model: &unigen_shared::config::ModelEntry,
+    client: &ReplicateClient,
+    mut input: serde_json::Value,
+    model_inputs: Option<&serde_json::Value>,
+) -> Result<Vec<u8>, ToolError> {
+    if let (Some(extra), Some(input)) = (
+        model_inputs.and_then(|v| v.as_object()),
+        input.as_object_mut(),
+    ) {
+        input.extend(extra.clone());
+    }
+    let upstream_model = model
+        .upstream_model
+        .clone()
+        .unwrap_or_else(|| model.id.clone());
+    let cancel = CancellationToken::new();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    let task_client = client.clone();
+    let prediction = tokio::spawn(async move {
+        task_client
+            .run(&upstream_model, &input, &cancel, REPLICATE_DEADLINE)
+            .await
+    });
+    let output = prediction.await.map_err(|e| {
+        ToolError::Provider(ProviderError::Permanent(format!(
+            "the prediction task failed: {e}"
+        )))
+    })??;
+    let url = first_output_url(&output).ok_or_else(|| {
+        ToolError::Provider(ProviderError::Permanent(
+            "the prediction produced no file".into(),
+        ))
+    })?;
+    Ok(client.download(&url, REPLICATE_MAX_OUTPUT).await?)
+}
+
+/// A stored input as inline data for a Replicate file input, if the request had it.
+pub async fn input_data_uri(
+    context: &WorkerContext,
+    inputs: &StoredInputs,
+    field: &str,
+) -> Result<Option<String>, ToolError> {
+    use base64::Engine;
+    let Some(bytes) = input(context, inputs, field).await? else {
+        return Ok(None);
+    };
+    let mime = inputs
+        .get(field)
+        .map_or("application/octet-stream".to_owned(), |stored| {
+            mime_guess::from_path(&stored.file)
+                .first_or_octet_stream()
+                .to_string()
+        });
+    Ok(Some(format!(
+        "data:{mime};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )))
 }

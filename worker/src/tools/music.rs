@@ -23,6 +23,32 @@ pub async fn run(
     } else {
         AudioFormat::Mp3
     };
+    if let Some((model, client)) = super::replicate_client(context, job)? {
+        let mut body = json!({
+            "prompt": params.prompt, "duration": params.duration_seconds, "seed": params.seed,
+            "output_format": params.output_format,
+        });
+        if let Some(negative) = &params.negative_prompt {
+            body["negative_prompt"] = json!(negative);
+        }
+        if let Some(uri) = super::input_data_uri(context, &params.inputs, "source_audio").await? {
+            body["input_audio"] = json!(uri);
+        }
+        progress.report(10).await;
+        let bytes = super::run_replicate(model, client, body, params.model_inputs.as_ref()).await?;
+        let seconds = audio::probe_duration(&bytes).await?;
+        let key = store_output(
+            context,
+            job,
+            &format!("music.{}", format.extension()),
+            bytes,
+        )
+        .await?;
+        return Ok(ToolOutput {
+            output: json!({ "audio": { "file": key, "duration_seconds": seconds, "format": params.output_format }}),
+            actual_credits: job.estimated_credits,
+        });
+    }
     let source = match input(context, &params.inputs, "source_audio").await? {
         Some(bytes) => Some(audio::decode_to_pcm(bytes, SAMPLE_RATE).await?),
         None => None,

@@ -22,6 +22,31 @@ pub async fn run(
         video::dimensions(&params.resolution, &params.aspect_ratio).ok_or_else(|| {
             ToolError::InvalidParams(format!("{} at {}", params.resolution, params.aspect_ratio))
         })?;
+    if let Some((model, client)) = super::replicate_client(context, job)? {
+        let mut body = serde_json::json!({
+            "prompt": params.prompt, "duration": params.duration_seconds, "resolution": params.resolution,
+            "aspect_ratio": params.aspect_ratio, "fps": params.fps, "seed": params.seed,
+            "loop": params.looping, "prompt_optimizer": params.prompt_optimizer,
+        });
+        if let Some(negative) = &params.negative_prompt {
+            body["negative_prompt"] = json!(negative);
+        }
+        for (field, name) in [("source_image", "image"), ("source_video", "video")] {
+            if let Some(uri) = super::input_data_uri(context, &params.inputs, field).await? {
+                body[name] = json!(uri);
+            }
+        }
+        progress.report(10).await;
+        let bytes = super::run_replicate(model, client, body, None).await?;
+        let seconds = unigen_shared::providers::local::audio::probe_duration(&bytes).await?;
+        let key = store_output(context, job, "video.mp4", bytes).await?;
+        return Ok(ToolOutput {
+            output: json!({ "video": {
+                "file": key, "duration": seconds, "width": width, "height": height, "fps": params.fps,
+            }}),
+            actual_credits: job.estimated_credits,
+        });
+    }
     let mode = match params.mode.as_str() {
         "image_to_video" => VideoMode::ImageToVideo,
         "video_to_video" => VideoMode::VideoToVideo,
