@@ -15,11 +15,9 @@ Measuring the gateway's added latency for non-streaming chat:
   # 1. a fake OpenAI-compatible upstream (fixed answer, no work)
   unigen-bench fake-upstream --port 9400 &
 
-  # 2. unigen with a chat model served by it (UNIGEN_CONFIG names a TOML file
-  #    with [upstreams.bench] base_url = \"http://127.0.0.1:9400/v1\" and a
-  #    [[models]] entry id = \"bench/fake-chat\", adapter = \"openai\",
-  #    upstream = \"bench\", upstream_model = \"bench\")
-  UNIGEN_CONFIG=/tmp/bench-unigen.toml scripts/dev-up      # prints an API key
+  # 2. unigen with a chat model served by it: bench/unigen-bench.toml adds
+  #    bench/fake-chat on the openai adapter to the built-in catalogue
+  UNIGEN_CONFIG=bench/unigen-bench.toml scripts/dev-up      # prints an API key
 
   # 3. the same open-loop load through unigen, then straight at the upstream
   unigen-bench chat-overhead --key sk_... --model bench/fake-chat \\

@@ -30,6 +30,10 @@ pub struct Settings {
     #[serde(default)]
     pub legacy_models: std::collections::BTreeMap<String, String>,
     pub models: Vec<ModelEntry>,
+    /// Appended to `models`: an override file can add models without
+    /// repeating the built-in catalogue (a `[[models]]` list replaces it).
+    #[serde(default)]
+    pub extra_models: Vec<ModelEntry>,
 }
 
 /// `[upstreams.<name>]`: an OpenAI-compatible server: `base_url` (ending in
@@ -214,7 +218,9 @@ impl Settings {
         for (key, value) in overrides {
             builder = builder.set_override(*key, value.clone())?;
         }
-        let settings: Settings = builder.build()?.try_deserialize()?;
+        let mut settings: Settings = builder.build()?.try_deserialize()?;
+        let extra = std::mem::take(&mut settings.extra_models);
+        settings.models.extend(extra);
         settings.validate()?;
         Ok(settings)
     }
@@ -301,6 +307,14 @@ mod tests {
         assert_eq!(settings.http.port, 9123);
         assert_eq!(settings.worker.concurrency, 7);
         assert!(settings.models.iter().any(|m| m.default));
+    }
+
+    #[test]
+    fn an_override_file_can_add_models_to_the_catalogue() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/unigen-bench.toml");
+        let settings = Settings::load_with(Some(path), &[]).unwrap();
+        assert!(settings.models.iter().any(|m| m.id == "bench/fake-chat"));
+        assert!(settings.models.iter().any(|m| m.id == "local/echo"), "the built-in models stay");
     }
 
     #[test]
