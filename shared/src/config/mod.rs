@@ -314,7 +314,10 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/unigen-bench.toml");
         let settings = Settings::load_with(Some(path), &[]).unwrap();
         assert!(settings.models.iter().any(|m| m.id == "bench/fake-chat"));
-        assert!(settings.models.iter().any(|m| m.id == "local/echo"), "the built-in models stay");
+        assert!(
+            settings.models.iter().any(|m| m.id == "local/echo"),
+            "the built-in models stay"
+        );
     }
 
     #[test]
