@@ -6,6 +6,7 @@ pub mod chat;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod events;
 pub mod fetch;
 pub mod jobs;
 pub mod notify;

@@ -146,6 +146,8 @@ impl TestApp {
         let shutdown = CancellationToken::new();
         let worker_shutdown = CancellationToken::new();
         let api = unigen_api::spawn(api_settings, shutdown.clone()).await?;
+        // The other components sign URLs for the API's address too.
+        settings.http.public_base_url = format!("http://{}", api.addr);
         let mut tasks = vec![tokio::spawn(async move {
             if let Ok(Err(err)) = api.task.await {
                 eprintln!("api stopped with an error: {err:#}");
@@ -362,6 +364,18 @@ impl TestApp {
             .await
             .expect("job row")
             .get(0)
+    }
+
+    /// The outbox, oldest first: `(type, data)`.
+    pub async fn events(&self) -> Vec<(String, Value)> {
+        let rows = self
+            .db
+            .client()
+            .await
+            .query("SELECT type, data FROM events ORDER BY created_at, id", &[])
+            .await
+            .expect("events");
+        rows.iter().map(|row| (row.get(0), row.get(1))).collect()
     }
 
     pub async fn count_jobs(&self) -> i64 {

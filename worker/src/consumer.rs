@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
@@ -13,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use unigen_shared::db::{DbError, queries};
 use unigen_shared::domain::Tool;
+use unigen_shared::events;
 use unigen_shared::queue::JobMessage;
 
 use crate::WorkerContext;
@@ -126,12 +128,24 @@ async fn handle_delivery(
         }
     };
     let claimed: Result<Result<_, bool>, DbError> = async {
-        let mut conn = context.pool.get().await.map_err(DbError::from)?;
-        match queries::jobs::claim(&mut conn, message.job_id, &context.worker_id, context.lease)
-            .await?
-        {
+        let mut pooled = context.pool.get().await.map_err(DbError::from)?;
+        let conn: &mut AsyncPgConnection = &mut pooled;
+        // The claim and its `generation.started` event commit together; a
+        // retried attempt is the same generation and announces nothing new.
+        let claimed = conn
+            .transaction::<_, DbError, _>(async |conn| {
+                let job =
+                    queries::jobs::claim(conn, message.job_id, &context.worker_id, context.lease)
+                        .await?;
+                if let Some(job) = job.as_ref().filter(|job| job.attempt == 1) {
+                    queries::events::insert(conn, &events::generation_started(job)).await?;
+                }
+                Ok(job)
+            })
+            .await?;
+        match claimed {
             Some(job) => Ok(Ok(job)),
-            None => Ok(Err(queries::jobs::find(&mut conn, message.job_id)
+            None => Ok(Err(queries::jobs::find(conn, message.job_id)
                 .await?
                 .is_some())),
         }

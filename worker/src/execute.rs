@@ -1,10 +1,12 @@
 //! Running one claimed job: lease renewal, cancellation, settlement.
 
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use unigen_shared::db::models::Job;
 use unigen_shared::db::{DbError, queries};
 use unigen_shared::domain::{JobStatus, Tool};
+use unigen_shared::events;
 use uuid::Uuid;
 
 use crate::WorkerContext;
@@ -63,7 +65,14 @@ pub async fn run_claimed(
         let duration_ms = started.elapsed().as_millis() as u64;
         match outcome {
             Outcome::Finished(Ok(output)) => {
-                match settle(context, id, attempt, Settlement::Complete(&output)).await {
+                match settle(
+                    context,
+                    &job,
+                    duration_ms as i64,
+                    Settlement::Complete(&output),
+                )
+                .await
+                {
                     Some(true) => tracing::info!(duration_ms, "job completed"),
                     Some(false) => {
                         tracing::info!(duration_ms, "job was cancelled meanwhile; result discarded")
@@ -74,7 +83,13 @@ pub async fn run_claimed(
             Outcome::Finished(Err(err)) => {
                 let message = err.client_message();
                 tracing::warn!(error = %err, duration_ms, "job failed");
-                settle(context, id, attempt, Settlement::Fail(&message)).await;
+                settle(
+                    context,
+                    &job,
+                    duration_ms as i64,
+                    Settlement::Fail(&message),
+                )
+                .await;
             }
             Outcome::NoLongerOurs => {
                 tracing::info!(duration_ms, "job cancelled or taken over; aborted")
@@ -105,25 +120,45 @@ enum Settlement<'a> {
 /// the database was unreachable; the lease expires and the job is retried.
 async fn settle(
     context: &WorkerContext,
-    id: Uuid,
-    attempt: i32,
+    job: &Job,
+    duration_ms: i64,
     settlement: Settlement<'_>,
 ) -> Option<bool> {
-    let result = async {
-        let mut conn = context.pool.get().await.map_err(DbError::from)?;
-        match settlement {
-            Settlement::Complete(output) => {
-                queries::jobs::complete(
-                    &mut conn,
-                    id,
-                    attempt,
-                    &output.output,
-                    output.actual_credits,
-                )
-                .await
-            }
-            Settlement::Fail(message) => queries::jobs::fail(&mut conn, id, attempt, message).await,
+    let (id, attempt) = (job.id, job.attempt);
+    let event = match &settlement {
+        Settlement::Complete(output) => {
+            events::generation_completed(job, &output.output, duration_ms, &context.signer)
         }
+        Settlement::Fail(message) => {
+            events::generation_failed(job.org_id, id, &job.tool, &job.model, message)
+        }
+    };
+    let result = async {
+        let mut pooled = context.pool.get().await.map_err(DbError::from)?;
+        let conn: &mut AsyncPgConnection = &mut pooled;
+        // The result and its event commit together, or neither does.
+        conn.transaction::<_, DbError, _>(async |conn| {
+            let written = match settlement {
+                Settlement::Complete(output) => {
+                    queries::jobs::complete(
+                        conn,
+                        id,
+                        attempt,
+                        &output.output,
+                        output.actual_credits,
+                    )
+                    .await?
+                }
+                Settlement::Fail(message) => {
+                    queries::jobs::fail(conn, id, attempt, message).await?
+                }
+            };
+            if written {
+                queries::events::insert(conn, &event).await?;
+            }
+            Ok(written)
+        })
+        .await
     }
     .await;
     match result {

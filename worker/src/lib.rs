@@ -23,12 +23,14 @@ use unigen_shared::providers::local::LocalProvider;
 use unigen_shared::providers::openai::OpenAiClient;
 use unigen_shared::providers::replicate::ReplicateClient;
 use unigen_shared::queue::{SharedConnection, Topology};
-use unigen_shared::storage::{FileStore, build_store};
+use unigen_shared::storage::{FileStore, UrlSigner, build_store};
 
 /// What every job execution needs.
 pub(crate) struct WorkerContext {
     pub pool: PgPool,
     pub store: Arc<dyn FileStore>,
+    /// Signs output URLs carried by events.
+    pub signer: UrlSigner,
     pub local: LocalProvider,
     pub catalogue: Catalogue,
     /// One client per `[upstreams.*]` entry, built once.
@@ -75,6 +77,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let context = Arc::new(WorkerContext {
         pool,
         store: build_store(&settings.storage),
+        signer: UrlSigner::new(
+            &settings.storage.url_secret,
+            &settings.http.public_base_url,
+            Duration::from_secs(settings.storage.url_ttl_seconds),
+        ),
         local: LocalProvider::new(&settings.local_provider),
         catalogue: Catalogue::new(settings.models.clone()),
         upstreams: settings

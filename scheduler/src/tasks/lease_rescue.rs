@@ -1,8 +1,10 @@
 //! Lease rescue: a job whose worker died (no lease renewal) goes back to the
 //! queue, or fails after `jobs.max_attempts` claims.
 
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
 use unigen_shared::db::{DbError, PgPool, queries};
+use unigen_shared::events;
 use unigen_shared::notify::Notifier;
 
 use crate::runner::{Activity, Task};
@@ -25,9 +27,23 @@ impl LeaseRescue {
     }
 
     async fn round(&self) -> anyhow::Result<Activity> {
-        let mut conn = self.pool.get().await.map_err(DbError::from)?;
-        let rescued =
-            queries::jobs::rescue_expired_leases(&mut conn, self.max_attempts, BATCH).await?;
+        let mut pooled = self.pool.get().await.map_err(DbError::from)?;
+        let conn: &mut AsyncPgConnection = &mut pooled;
+        // A job given up on reports `generation.failed` in the same commit.
+        let rescued = conn
+            .transaction::<_, DbError, _>(async |conn| {
+                let rescued =
+                    queries::jobs::rescue_expired_leases(conn, self.max_attempts, BATCH).await?;
+                for job in rescued.iter().filter(|job| job.status == "failed") {
+                    let message = job.error_message.as_deref().unwrap_or("the job failed");
+                    let event = events::generation_failed(
+                        job.org_id, job.id, &job.tool, &job.model, message,
+                    );
+                    queries::events::insert(conn, &event).await?;
+                }
+                Ok(rescued)
+            })
+            .await?;
         for job in &rescued {
             tracing::warn!(job.id = %job.id, attempt = job.attempt, status = %job.status, "lease expired; job rescued");
             self.notifier.job_changed(job.id);

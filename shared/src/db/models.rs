@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use uuid::Uuid;
 
-use super::schema::{api_keys, jobs, organizations, plans};
+use super::schema::{api_keys, events, jobs, organizations, plans};
 
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = plans)]
@@ -125,4 +125,15 @@ pub struct NewJob<'a> {
     pub model_tier: &'a str,
     pub input_params: &'a serde_json::Value,
     pub estimated_credits: i64,
+}
+
+/// An outbox row: `type` is the event kind, `data` its payload.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = events)]
+pub struct Event {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub kind: String,
+    pub data: serde_json::Value,
+    pub created_at: DateTime<Utc>,
 }

@@ -75,8 +75,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    events (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        #[sql_name = "type"]
+        kind -> Text,
+        data -> Jsonb,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(organizations -> plans (plan_code));
+diesel::joinable!(events -> organizations (org_id));
 diesel::joinable!(api_keys -> organizations (org_id));
 diesel::joinable!(jobs -> organizations (org_id));
 diesel::joinable!(jobs -> api_keys (api_key_id));
-diesel::allow_tables_to_appear_in_same_query!(plans, organizations, api_keys, jobs);
+diesel::allow_tables_to_appear_in_same_query!(plans, organizations, api_keys, jobs, events);

@@ -3,6 +3,7 @@
 
 mod auth;
 mod chat;
+mod events;
 mod images;
 mod jobs;
 mod legacy;

@@ -151,6 +151,12 @@ async fn a_job_that_lost_its_worker_too_often_fails_with_a_reason() {
         "the job was interrupted 2 times (worker lost); giving up"
     );
     assert_eq!(job["actualCredits"], 0);
+    let (kind, data) = app.events().await.pop().expect("an event");
+    assert_eq!(kind, "generation.failed", "the give-up is reported");
+    assert_eq!(
+        data["errorMessage"],
+        "the job was interrupted 2 times (worker lost); giving up"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -318,6 +318,14 @@ pub async fn count_by_tool_and_status(
 pub struct RescuedJob {
     #[diesel(sql_type = SqlUuid)]
     pub id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    pub org_id: Uuid,
+    #[diesel(sql_type = Text)]
+    pub tool: String,
+    #[diesel(sql_type = Text)]
+    pub model: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    pub error_message: Option<String>,
     #[diesel(sql_type = Text)]
     pub status: String,
     #[diesel(sql_type = Integer)]
@@ -343,7 +351,7 @@ pub async fn rescue_expired_leases(
              progress = 0, worker_id = NULL, lease_expires_at = NULL, enqueued_at = NULL \
          WHERE id IN (SELECT id FROM jobs WHERE status = 'processing' AND lease_expires_at < now() \
                       ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, status, attempt",
+         RETURNING id, org_id, tool, model, error_message, status, attempt",
     )
     .bind::<Integer, _>(max_attempts)
     .bind::<BigInt, _>(limit)

@@ -1,0 +1,146 @@
+//! Account events (the webhook payloads of the spec), built where the state
+//! change happens and written to the outbox in the same transaction.
+
+use chrono::Utc;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::db::models::{Event, Job};
+use crate::storage::{UrlSigner, present_files};
+
+pub const GENERATION_STARTED: &str = "generation.started";
+pub const GENERATION_COMPLETED: &str = "generation.completed";
+pub const GENERATION_FAILED: &str = "generation.failed";
+
+fn event(org_id: Uuid, kind: &str, data: Value) -> Event {
+    Event {
+        id: Uuid::now_v7(),
+        org_id,
+        kind: kind.to_owned(),
+        data,
+        created_at: Utc::now(),
+    }
+}
+
+/// `generation.started`: `jobId`, `tool`, `model`.
+pub fn generation_started(job: &Job) -> Event {
+    event(
+        job.org_id,
+        GENERATION_STARTED,
+        json!({ "jobId": job.id, "tool": job.tool, "model": job.model }),
+    )
+}
+
+/// `generation.completed`: `jobId`, `tool`, `model`, `outputUrl` (the first
+/// output file, signed now), `durationMs`, `unitsUsed`, `unitType`.
+pub fn generation_completed(
+    job: &Job,
+    output: &Value,
+    duration_ms: i64,
+    signer: &UrlSigner,
+) -> Event {
+    let (units, unit_type) = units_of(&job.tool, output);
+    let presented = present_files(output, signer, Utc::now().timestamp());
+    event(
+        job.org_id,
+        GENERATION_COMPLETED,
+        json!({
+            "jobId": job.id,
+            "tool": job.tool,
+            "model": job.model,
+            "outputUrl": first_url(&presented),
+            "durationMs": duration_ms,
+            "unitsUsed": units,
+            "unitType": unit_type,
+        }),
+    )
+}
+
+/// `generation.failed`: `jobId`, `tool`, `model`, `errorMessage`.
+pub fn generation_failed(
+    org_id: Uuid,
+    job_id: Uuid,
+    tool: &str,
+    model: &str,
+    message: &str,
+) -> Event {
+    event(
+        org_id,
+        GENERATION_FAILED,
+        json!({ "jobId": job_id, "tool": tool, "model": model, "errorMessage": message }),
+    )
+}
+
+/// What a finished job consumed, in its tool's unit.
+pub fn units_of(tool: &str, output: &Value) -> (Value, &'static str) {
+    match tool {
+        "image" => (
+            json!(output["images"].as_array().map_or(0, Vec::len)),
+            "image_generations",
+        ),
+        "image_edit" => (json!(1), "image_edits"),
+        "video" => (output["video"]["duration"].clone(), "video_seconds"),
+        "music" => (json!(1), "music_tracks"),
+        "tts" => (output["character_count"].clone(), "tts_chars"),
+        "stt" => (output["duration"].clone(), "stt_seconds"),
+        _ => (json!(0), "units"),
+    }
+}
+
+/// The first URL in a presented output (images, video, audio, or none).
+fn first_url(presented: &Value) -> Value {
+    let candidates = [
+        &presented["images"][0]["url"],
+        &presented["video"]["url"],
+        &presented["audio"]["url"],
+        &presented["audio_url"],
+    ];
+    candidates
+        .into_iter()
+        .find(|v| v.is_string())
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn units_and_urls_follow_each_tool_output_shape() {
+        let signer = UrlSigner::new("s", "http://api", Duration::from_secs(60));
+        let cases = [
+            (
+                "image",
+                json!({"images": [{"file": "o/j/0.png"}, {"file": "o/j/1.png"}]}),
+                json!(2),
+                "image_generations",
+            ),
+            (
+                "video",
+                json!({"video": {"file": "o/j/v.mp4", "duration": 5.0}}),
+                json!(5.0),
+                "video_seconds",
+            ),
+            (
+                "tts",
+                json!({"audio_file": "o/j/s.mp3", "character_count": 44}),
+                json!(44),
+                "tts_chars",
+            ),
+            (
+                "stt",
+                json!({"text": "hi", "duration": 2.5}),
+                json!(2.5),
+                "stt_seconds",
+            ),
+        ];
+        for (tool, output, units, unit_type) in cases {
+            assert_eq!(units_of(tool, &output), (units, unit_type), "{tool}");
+            let url = first_url(&present_files(&output, &signer, 0));
+            assert_eq!(url.is_string(), tool != "stt", "{tool}: {url}");
+        }
+    }
+}
