@@ -3,8 +3,12 @@
 
 mod chat_overhead;
 mod fake_upstream;
+mod jobs;
+mod jobs_throughput;
 mod load;
+mod long_poll;
 mod report;
+mod sync_overhead;
 
 use clap::{Parser, Subcommand};
 
@@ -24,7 +28,16 @@ Measuring the gateway's added latency for non-streaming chat:
       --rates 200,500 --duration 10 --json overhead.json
 
 The table gives p50/p90/p99/p99.9 per rate and target, and the added latency
-(api - upstream). The load generator shares the machine with what it measures.";
+(api - upstream). The load generator shares the machine with what it measures.
+
+The job pipeline (plain scripts/dev-up; `unigen-bench <command> --help` for more):
+
+  unigen-bench jobs-throughput --key sk_... --duration 30 [--rate 100]
+  # UNIGEN__LOCAL_PROVIDER__LATENCY_MS=200 UNIGEN__WORKER__CONCURRENCY=128 scripts/dev-up
+  unigen-bench sync-overhead --key sk_... --clients 20,100 --duration 10 --provider-latency-ms 200
+  # ulimit -n 65536
+  # UNIGEN__LOCAL_PROVIDER__LATENCY_MS=10000 UNIGEN__WORKER__CONCURRENCY=1000 scripts/dev-up
+  unigen-bench long-poll --key sk_... --waiters 1000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen";
 
 #[derive(Parser)]
 #[command(name = "unigen-bench", version, about, after_help = WORKFLOW)]
@@ -39,11 +52,26 @@ enum Command {
     FakeUpstream(fake_upstream::Args),
     /// Added latency of unigen's chat completions over calling the upstream directly.
     ChatOverhead(chat_overhead::Args),
+    /// Completed async image jobs per second, submit latency and completion lag.
+    JobsThroughput(jobs_throughput::Args),
+    /// Latency of sync image generations over the local provider's latency.
+    #[command(
+        after_help = "Start the stack with the provider latency set:\n  UNIGEN__LOCAL_PROVIDER__LATENCY_MS=200 UNIGEN__WORKER__CONCURRENCY=128 scripts/dev-up\n(worker concurrency at least --clients, or jobs queue behind 4 slots)\nthen: unigen-bench sync-overhead --key sk_... --clients 20,100 --duration 10 --provider-latency-ms 200\nThe added latency includes the local provider's rendering of the 512x512 PNG (~7-12 ms)."
+    )]
+    SyncOverhead(sync_overhead::Args),
+    /// Wake-up latency of parked long polls (GET /jobs/{id}?poll=true), API RSS and PG connections.
+    #[command(
+        after_help = "Start the stack with slow jobs that all run at once, and enough open files:\n  ulimit -n 65536\n  UNIGEN__LOCAL_PROVIDER__LATENCY_MS=10000 UNIGEN__WORKER__CONCURRENCY=1000 scripts/dev-up\nthen (ulimit -n 65536 in this shell too):\n  unigen-bench long-poll --key sk_... --waiters 1000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen\nJobs must still be running when all polls are parked: raise the latency for more waiters.\nWake-up = completedAt (worker, PostgreSQL clock) -> poll answer received (this host's clock)."
+    )]
+    LongPoll(long_poll::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::FakeUpstream(args) => fake_upstream::run(args),
         Command::ChatOverhead(args) => chat_overhead::run(args),
+        Command::JobsThroughput(args) => jobs_throughput::run(args),
+        Command::SyncOverhead(args) => sync_overhead::run(args),
+        Command::LongPoll(args) => long_poll::run(args),
     }
 }

@@ -1,0 +1,244 @@
+//! `jobs-throughput`: how many async image jobs the pipeline completes per
+//! second. Jobs are submitted with `?async=true` at a fixed rate (open loop,
+//! latency from the due time) or, without `--rate`, as fast as a bounded
+//! number of in-flight submissions allows; then every job is long-polled
+//! (`GET /jobs/{id}?poll=true`, many at once) until it is terminal.
+//! Throughput and completion lag come from the jobs' own `createdAt` and
+//! `completedAt`, not from client timing.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures_util::StreamExt;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::jobs::{self, Api, JobTimes, Throughput, ms};
+use crate::load::{self, Schedule, histogram};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// unigen's API base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080/api/v1")]
+    api: String,
+    /// unigen API key with the image and jobs scopes (scripts/dev-up prints one).
+    #[arg(long, env = "UNIGEN_KEY", hide_env_values = true)]
+    key: String,
+    /// Seconds of submitting.
+    #[arg(long, default_value_t = 30)]
+    duration: u64,
+    /// Submissions per second (open loop). Without it: as fast as
+    /// `--in-flight` concurrent submitters go (closed loop).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    rate: Option<u32>,
+    /// Concurrent submitters when no --rate is given.
+    #[arg(long, default_value_t = 32)]
+    in_flight: usize,
+    /// Long polls in flight at once while waiting for completions.
+    #[arg(long, default_value_t = 1000)]
+    pollers: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub mode: String,
+    pub submitted: u64,
+    pub submit_errors: u64,
+    pub completed: u64,
+    /// Jobs that ended failed or cancelled, or whose polling failed.
+    pub failed: u64,
+    pub submit_p50_ms: f64,
+    pub submit_p99_ms: f64,
+    pub submit_max_ms: f64,
+    /// Server-side: first createdAt → last completedAt, and created → completed.
+    pub pipeline: Option<Throughput>,
+}
+
+struct Submitted {
+    ids: Vec<String>,
+    latency: Histogram<u64>,
+    errors: u64,
+}
+
+async fn submit_at_rate(api: &Api, rate: u32, duration: Duration) -> anyhow::Result<Submitted> {
+    let client = jobs::client(rate as usize, Duration::from_secs(30))?;
+    let ids = Arc::new(Mutex::new(Vec::new()));
+    let body: Arc<[u8]> = jobs::image_body().into();
+    let (api, sink) = (api.clone(), Arc::clone(&ids));
+    let schedule = Schedule {
+        rate,
+        warmup: Duration::ZERO,
+        duration,
+    };
+    let pass = load::run(schedule, Instant::now(), move || {
+        let (api, client, body, sink) = (api.clone(), client.clone(), body.clone(), sink.clone());
+        async move {
+            match api.submit(&client, &body).await {
+                Ok(id) => {
+                    sink.lock().expect("not poisoned").push(id);
+                    true
+                }
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    let ids = std::mem::take(&mut *ids.lock().expect("not poisoned"));
+    Ok(Submitted {
+        ids,
+        latency: pass.histogram,
+        errors: pass.errors,
+    })
+}
+
+async fn submit_closed_loop(
+    api: &Api,
+    in_flight: usize,
+    duration: Duration,
+) -> anyhow::Result<Submitted> {
+    let client = jobs::client(in_flight, Duration::from_secs(30))?;
+    let body: Arc<[u8]> = jobs::image_body().into();
+    let end = Instant::now() + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..in_flight {
+        let (api, client, body) = (api.clone(), client.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Submitted {
+                ids: Vec::new(),
+                latency: histogram(),
+                errors: 0,
+            };
+            while Instant::now() < end {
+                let sent = Instant::now();
+                match api.submit(&client, &body).await {
+                    Ok(id) => {
+                        out.latency
+                            .saturating_record(sent.elapsed().as_micros() as u64);
+                        out.ids.push(id);
+                    }
+                    Err(_) => out.errors += 1,
+                }
+            }
+            out
+        }));
+    }
+    let mut all = Submitted {
+        ids: Vec::new(),
+        latency: histogram(),
+        errors: 0,
+    };
+    for task in tasks {
+        let part = task.await?;
+        all.ids.extend(part.ids);
+        all.latency.add(&part.latency)?;
+        all.errors += part.errors;
+    }
+    Ok(all)
+}
+
+async fn measure(args: &Args) -> anyhow::Result<Results> {
+    let api = Api::new(&args.api, &args.key);
+    let duration = Duration::from_secs(args.duration);
+    // One job first, so a wrong key or URL fails with its reason.
+    let probe = jobs::client(1, Duration::from_secs(60))?;
+    let id = api.submit(&probe, &jobs::image_body()).await?;
+    api.wait(&probe, &id, 4).await?;
+
+    let (mode, submitted) = match args.rate {
+        Some(rate) => (
+            format!("{rate}/s"),
+            submit_at_rate(&api, rate, duration).await?,
+        ),
+        None => (
+            format!("max ({} in flight)", args.in_flight),
+            submit_closed_loop(&api, args.in_flight, duration).await?,
+        ),
+    };
+    eprintln!(
+        "submitted {} jobs ({} errors); waiting for completions",
+        submitted.ids.len(),
+        submitted.errors
+    );
+
+    let poller = jobs::client(args.pollers, Duration::from_secs(60))?;
+    let outcomes: Vec<anyhow::Result<serde_json::Value>> =
+        futures_util::stream::iter(submitted.ids.iter())
+            .map(|id| {
+                let (api, poller) = (&api, &poller);
+                async move { api.wait(poller, id, 10).await }
+            })
+            .buffer_unordered(args.pollers.max(1))
+            .collect()
+            .await;
+    let mut times = Vec::new();
+    let mut failed = 0;
+    for outcome in &outcomes {
+        match outcome {
+            Ok(job) if job["status"] == "completed" => match JobTimes::from_job(job) {
+                Some(t) => times.push(t),
+                None => failed += 1,
+            },
+            _ => failed += 1,
+        }
+    }
+    let h = &submitted.latency;
+    Ok(Results {
+        mode,
+        submitted: submitted.ids.len() as u64 + submitted.errors,
+        submit_errors: submitted.errors,
+        completed: times.len() as u64,
+        failed,
+        submit_p50_ms: ms(h.value_at_quantile(0.50)),
+        submit_p99_ms: ms(h.value_at_quantile(0.99)),
+        submit_max_ms: ms(h.max()),
+        pipeline: jobs::throughput(&times),
+    })
+}
+
+pub fn table(r: &Results) -> String {
+    let p = r.pipeline.as_ref();
+    let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+    let rows = [
+        ("mode", r.mode.clone()),
+        ("jobs submitted", r.submitted.to_string()),
+        ("submit errors", r.submit_errors.to_string()),
+        ("jobs completed", r.completed.to_string()),
+        ("jobs failed", r.failed.to_string()),
+        ("window s", f(p.map(|p| p.window_seconds))),
+        (
+            "completed jobs/s",
+            p.map_or("-".into(), |p| format!("{:.1}", p.jobs_per_second)),
+        ),
+        ("submit p50 ms", format!("{:.3}", r.submit_p50_ms)),
+        ("submit p99 ms", format!("{:.3}", r.submit_p99_ms)),
+        ("completion lag p50 ms", f(p.map(|p| p.lag_p50_ms))),
+        ("completion lag p99 ms", f(p.map(|p| p.lag_p99_ms))),
+        ("completion lag max ms", f(p.map(|p| p.lag_max_ms))),
+    ];
+    rows.iter()
+        .map(|(k, v)| format!("{k:<22} {v:>18}\n"))
+        .collect()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let results = runtime.block_on(measure(&args))?;
+    print!("{}", table(&results));
+    if let Some(path) = &args.json {
+        let report = json!({
+            "benchmark": "jobs-throughput", "api": args.api,
+            "duration_seconds": args.duration, "results": results,
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! `long-poll`: how fast parked long polls wake up when their jobs finish.
+//! W async image jobs are submitted to a stack whose local provider is slow
+//! (UNIGEN__LOCAL_PROVIDER__LATENCY_MS, e.g. 5000) and whose worker runs
+//! them all at once (UNIGEN__WORKER__CONCURRENCY >= W), then one
+//! `GET /jobs/{id}?poll=true` per job is parked while they run. Wake-up
+//! latency is the job's `completedAt` (written by the worker) to the moment
+//! its poll answer arrived here, both on this host's clock. Polls sent after
+//! their job had already finished measure nothing and are counted as late.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::jobs::{self, Api, is_terminal, micros_between, ms, timestamp};
+use crate::load::histogram;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// unigen's API base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080/api/v1")]
+    api: String,
+    /// unigen API key with the image and jobs scopes (scripts/dev-up prints one).
+    #[arg(long, env = "UNIGEN_KEY", hide_env_values = true)]
+    key: String,
+    /// Jobs, and parked long polls (one per job).
+    #[arg(long, default_value_t = 1000)]
+    waiters: usize,
+    /// Concurrent submissions while creating the jobs.
+    #[arg(long, default_value_t = 64)]
+    submitters: usize,
+    /// The API process id: its VmRSS is read from /proc while the polls are parked.
+    #[arg(long)]
+    api_pid: Option<u32>,
+    /// Count PostgreSQL connections to this database (psql -h 127.0.0.1 -U
+    /// postgres) while the polls are parked.
+    #[arg(long, num_args = 0..=1, default_missing_value = "unigen")]
+    pg_count: Option<String>,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub waiters: usize,
+    /// Polls that were parked before their job finished: the measured ones.
+    pub woken: u64,
+    /// Polls sent after their job had already finished (nothing to measure).
+    pub late: u64,
+    pub errors: u64,
+    pub wake_p50_ms: f64,
+    pub wake_p90_ms: f64,
+    pub wake_p99_ms: f64,
+    pub wake_max_ms: f64,
+    pub api_rss_before_mib: Option<f64>,
+    pub api_rss_parked_mib: Option<f64>,
+    pub pg_connections_before: Option<u64>,
+    pub pg_connections_parked: Option<u64>,
+}
+
+/// One poll's outcome: when it was sent, when its answer arrived, the job.
+struct Woken {
+    sent: DateTime<Utc>,
+    arrived: DateTime<Utc>,
+    completed: Option<DateTime<Utc>>,
+}
+
+fn rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_vm_rss_kib(&status).map(|kib| (kib as f64 / 1024.0 * 10.0).round() / 10.0)
+}
+
+/// The `VmRSS:  12345 kB` line of /proc/<pid>/status, in KiB.
+pub fn parse_vm_rss_kib(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn pg_connections(db: &str) -> Option<u64> {
+    let query = format!("select count(*) from pg_stat_activity where datname='{db}'");
+    let output = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            "postgres",
+            "-tAc",
+        ])
+        .arg(query)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
+}
+
+async fn measure(args: &Args) -> anyhow::Result<Results> {
+    let api = Api::new(&args.api, &args.key);
+    let submitter = jobs::client(args.submitters, Duration::from_secs(30))?;
+    let body = jobs::image_body();
+    let rss_before = args.api_pid.and_then(rss_mib);
+    let pg_before = args.pg_count.as_deref().and_then(pg_connections);
+
+    let submitted: Vec<anyhow::Result<String>> = futures_util::stream::iter(0..args.waiters)
+        .map(|_| api.submit(&submitter, &body))
+        .buffer_unordered(args.submitters.max(1))
+        .collect()
+        .await;
+    let mut errors = 0u64;
+    let ids: Vec<String> = submitted
+        .into_iter()
+        .filter_map(|r| r.map_err(|e| eprintln!("submit: {e:#}")).ok())
+        .collect();
+    errors += (args.waiters - ids.len()) as u64;
+    eprintln!("submitted {} jobs; parking {} polls", ids.len(), ids.len());
+
+    // One connection per waiter: a parked poll holds its connection.
+    let poller = jobs::client(ids.len().max(1), Duration::from_secs(120))?;
+    let api = Arc::new(api);
+    let mut tasks = Vec::with_capacity(ids.len());
+    for id in ids {
+        let (api, poller) = (Arc::clone(&api), poller.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut sent = Utc::now();
+            for _ in 0..4 {
+                let job = api.poll_once(&poller, &id).await?;
+                let arrived = Utc::now();
+                if is_terminal(&job) {
+                    let completed = timestamp(&job, "completedAt");
+                    return Ok(Woken {
+                        sent,
+                        arrived,
+                        completed,
+                    });
+                }
+                sent = Utc::now();
+            }
+            bail!("job {id} not finished after 4 long polls")
+        }));
+    }
+    // Let the polls park, then sample the API while they wait.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let rss_parked = args.api_pid.and_then(rss_mib);
+    let pg_parked = args.pg_count.as_deref().and_then(pg_connections);
+
+    let mut wake = histogram();
+    let mut late = 0;
+    for task in tasks {
+        match task.await? {
+            Ok(Woken {
+                sent,
+                arrived,
+                completed: Some(completed),
+            }) if sent < completed => {
+                wake.saturating_record(micros_between(completed, arrived).max(1));
+            }
+            Ok(Woken {
+                completed: Some(_), ..
+            }) => late += 1,
+            Ok(_) => errors += 1,
+            Err(e) => {
+                eprintln!("poll: {e:#}");
+                errors += 1;
+            }
+        }
+    }
+    Ok(Results {
+        waiters: args.waiters,
+        woken: wake.len(),
+        late,
+        errors,
+        wake_p50_ms: ms(wake.value_at_quantile(0.5)),
+        wake_p90_ms: ms(wake.value_at_quantile(0.9)),
+        wake_p99_ms: ms(wake.value_at_quantile(0.99)),
+        wake_max_ms: ms(wake.max()),
+        api_rss_before_mib: rss_before,
+        api_rss_parked_mib: rss_parked,
+        pg_connections_before: pg_before,
+        pg_connections_parked: pg_parked,
+    })
+}
+
+pub fn table(r: &Results) -> String {
+    let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    let opt_n = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
+    let rows = [
+        ("waiters", r.waiters.to_string()),
+        ("woken (measured)", r.woken.to_string()),
+        ("late (job done first)", r.late.to_string()),
+        ("errors", r.errors.to_string()),
+        ("wake-up p50 ms", format!("{:.3}", r.wake_p50_ms)),
+        ("wake-up p90 ms", format!("{:.3}", r.wake_p90_ms)),
+        ("wake-up p99 ms", format!("{:.3}", r.wake_p99_ms)),
+        ("wake-up max ms", format!("{:.3}", r.wake_max_ms)),
+        ("api RSS before MiB", opt(r.api_rss_before_mib)),
+        ("api RSS parked MiB", opt(r.api_rss_parked_mib)),
+        ("pg conns before", opt_n(r.pg_connections_before)),
+        ("pg conns parked", opt_n(r.pg_connections_parked)),
+    ];
+    rows.iter()
+        .map(|(k, v)| format!("{k:<22} {v:>12}\n"))
+        .collect()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.waiters == 0 {
+        bail!("--waiters must be at least 1");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let results = runtime.block_on(measure(&args))?;
+    print!("{}", table(&results));
+    if let Some(path) = &args.json {
+        let report = json!({ "benchmark": "long-poll", "api": args.api, "results": results });
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_is_read_from_proc_status() {
+        let status = "Name:\tunigen-api\nVmPeak:\t  999 kB\nVmRSS:\t   51200 kB\nThreads:\t9\n";
+        assert_eq!(parse_vm_rss_kib(status), Some(51_200));
+        assert_eq!(parse_vm_rss_kib("Name: x\n"), None);
+        let own = rss_mib(std::process::id()).unwrap();
+        assert!(own > 0.0);
+    }
+}
