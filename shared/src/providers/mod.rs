@@ -1,5 +1,6 @@
 //! Model catalogue and provider adapters. `local` is built in and offline.
 
+mod http;
 pub mod local;
 pub mod openai;
 pub mod replicate;

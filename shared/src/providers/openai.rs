@@ -6,27 +6,19 @@
 
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use reqwest::multipart::{Form, Part};
 use serde::Deserialize;
 
 use super::ProviderError;
+use super::http::{self, Attempt, bearer, connection_failure, with_retries};
 use crate::config::UpstreamSettings;
 use crate::jobs::transcription::{Segment, Transcript, Word};
-
-const MAX_RETRIES: usize = 3;
 
 #[derive(Clone)]
 pub struct OpenAiClient {
     base_url: String,
     api_key: String,
     http: reqwest::Client,
-}
-
-/// A failed attempt: the error and how long the upstream asked us to wait.
-struct Attempt {
-    error: ProviderError,
-    retry_after: Option<Duration>,
 }
 
 #[derive(Deserialize)]
@@ -117,7 +109,7 @@ impl OpenAiClient {
                 .map_err(connection_failure)?;
             read_json::<VerboseTranscription>(response).await
         };
-        let verbose = self.with_retries(attempt).await?;
+        let verbose = with_retries(attempt).await?;
         Ok(into_transcript(verbose, options.words))
     }
 
@@ -138,44 +130,7 @@ impl OpenAiClient {
     }
 
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        if self.api_key.is_empty() {
-            request
-        } else {
-            request.bearer_auth(&self.api_key)
-        }
-    }
-
-    async fn with_retries<T, F, Fut>(&self, attempt: F) -> Result<T, ProviderError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, Attempt>>,
-    {
-        attempt
-            .retry(
-                ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_millis(200))
-                    .with_max_delay(Duration::from_secs(10))
-                    .with_max_times(MAX_RETRIES)
-                    .with_jitter(),
-            )
-            .when(|failed: &Attempt| matches!(failed.error, ProviderError::Transient(_)))
-            // `None` from `planned` means no retries left: keep it `None`, or
-            // an upstream that always sends Retry-After is retried forever.
-            .adjust(|failed: &Attempt, planned| planned.map(|p| failed.retry_after.unwrap_or(p)))
-            .await
-            .map_err(|failed| failed.error)
-    }
-}
-
-fn connection_failure(err: reqwest::Error) -> Attempt {
-    let reason = if err.is_timeout() {
-        "the upstream timed out"
-    } else {
-        "the upstream could not be reached"
-    };
-    Attempt {
-        error: ProviderError::Transient(reason.into()),
-        retry_after: None,
+        bearer(request, &self.api_key)
     }
 }
 
@@ -183,43 +138,23 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     response: reqwest::Response,
 ) -> Result<T, Attempt> {
     if response.status().is_success() {
-        return response.json::<T>().await.map_err(|err| Attempt {
-            error: ProviderError::Permanent(format!(
+        return response.json::<T>().await.map_err(|err| {
+            Attempt::permanent(format!(
                 "the upstream answered an unreadable response: {err}"
-            )),
-            retry_after: None,
+            ))
         });
     }
     Err(status_failure(response).await)
 }
 
-/// Classifies a non-success answer: 408/429/5xx transient, other 4xx permanent
-/// (with the upstream's short message), honouring `Retry-After`.
+/// A non-success answer, with OpenAI's `error.message` as the explanation.
 async fn status_failure(response: reqwest::Response) -> Attempt {
-    let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|secs| Duration::from_secs(secs.min(60)));
-    let body = response.text().await.unwrap_or_default();
-    let message = serde_json::from_str::<serde_json::Value>(&body)
-        .ok()
-        .and_then(|v| {
-            v["error"]["message"]
-                .as_str()
-                .map(|m| m.chars().take(200).collect::<String>())
-        });
-    let error = match status.as_u16() {
-        408 | 429 | 500..=599 => {
-            ProviderError::Transient(format!("the upstream answered {status}"))
-        }
-        _ => ProviderError::Permanent(
-            message.unwrap_or_else(|| format!("the upstream rejected the request ({status})")),
-        ),
-    };
-    Attempt { error, retry_after }
+    http::status_failure(response, |body| {
+        body["error"]["message"]
+            .as_str()
+            .map(|m| m.chars().take(200).collect())
+    })
+    .await
 }
 
 /// Words are reported both top-level and nested in the segment holding
@@ -324,7 +259,7 @@ pub type ChunkStream = std::pin::Pin<
 impl OpenAiClient {
     /// `POST {base}/chat/completions` without streaming.
     pub async fn chat(&self, body: &serde_json::Value) -> Result<serde_json::Value, ProviderError> {
-        self.with_retries(|| async {
+        with_retries(|| async {
             let response = self.post_json("chat/completions", body).await?;
             read_json::<serde_json::Value>(response).await
         })
@@ -338,16 +273,15 @@ impl OpenAiClient {
         &self,
         body: &serde_json::Value,
     ) -> Result<ChunkStream, ProviderError> {
-        let response = self
-            .with_retries(|| async {
-                let response = self.post_json("chat/completions", body).await?;
-                if response.status().is_success() {
-                    Ok(response)
-                } else {
-                    Err(status_failure(response).await)
-                }
-            })
-            .await?;
+        let response = with_retries(|| async {
+            let response = self.post_json("chat/completions", body).await?;
+            if response.status().is_success() {
+                Ok(response)
+            } else {
+                Err(status_failure(response).await)
+            }
+        })
+        .await?;
         Ok(sse_chunks(response.bytes_stream()))
     }
 }
@@ -457,12 +391,11 @@ impl OpenAiClient {
         body: &serde_json::Value,
     ) -> Result<Vec<Vec<u8>>, ProviderError> {
         use base64::Engine;
-        let answer: serde_json::Value = self
-            .with_retries(|| async {
-                let response = self.post_json("images/generations", body).await?;
-                read_json(response).await
-            })
-            .await?;
+        let answer: serde_json::Value = with_retries(|| async {
+            let response = self.post_json("images/generations", body).await?;
+            read_json(response).await
+        })
+        .await?;
         let items = answer["data"]
             .as_array()
             .ok_or_else(|| ProviderError::Permanent("the upstream answered no images".into()))?;
@@ -508,7 +441,7 @@ impl OpenAiClient {
 
     /// `POST {base}/audio/speech`: the audio bytes.
     pub async fn speech(&self, body: &serde_json::Value) -> Result<Vec<u8>, ProviderError> {
-        self.with_retries(|| async {
+        with_retries(|| async {
             let response = self.post_json("audio/speech", body).await?;
             if !response.status().is_success() {
                 return Err(status_failure(response).await);
@@ -551,7 +484,7 @@ mod retry_tests {
         );
         assert_eq!(
             server.received_requests().await.unwrap().len(),
-            1 + MAX_RETRIES
+            1 + super::http::MAX_RETRIES
         );
     }
 }

@@ -13,23 +13,20 @@
 
 use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::ProviderError;
+use super::http::{self, Attempt, bearer, connection_failure, with_retries};
 use crate::config::UpstreamSettings;
 
 /// Retries of one request (create, one poll, one download) after a transient failure.
-const MAX_RETRIES: usize = 3;
 /// First and longest pause between two polls of a running prediction.
 const FIRST_POLL: Duration = Duration::from_millis(500);
 const MAX_POLL: Duration = Duration::from_secs(5);
 /// Seconds Replicate may hold the create request open for a quick model.
 const PREFER_WAIT: &str = "wait=5";
-/// A longer `Retry-After` is cut to this.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The best-effort cancel request waits at most this long.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lengths (in characters) of upstream texts passed on.
@@ -79,12 +76,6 @@ struct Prediction {
 struct PredictionUrls {
     #[serde(default)]
     get: Option<String>,
-}
-
-/// A failed attempt: the error and how long the upstream asked us to wait.
-struct Attempt {
-    error: ProviderError,
-    retry_after: Option<Duration>,
 }
 
 /// Why waiting for a created prediction stopped without its output.
@@ -192,13 +183,9 @@ impl ReplicateClient {
         }
         // Delivery hosts are public; the key only goes to the API itself.
         let send_key = self.is_api_url(url);
-        let too_large = || Attempt {
-            error: ProviderError::Permanent(format!(
-                "the output file is larger than {max_bytes} bytes"
-            )),
-            retry_after: None,
-        };
-        self.with_retries(|| async {
+        let too_large =
+            || Attempt::permanent(format!("the output file is larger than {max_bytes} bytes"));
+        with_retries(|| async {
             let request = self.http.get(parsed.clone());
             let request = if send_key {
                 self.authorized(request)
@@ -263,17 +250,16 @@ impl ReplicateClient {
     }
 
     async fn create(&self, url: &str, body: &Value) -> Result<Prediction, ProviderError> {
-        let prediction = self
-            .with_retries(|| async {
-                let request = self.http.post(url).header("Prefer", PREFER_WAIT).json(body);
-                let response = self
-                    .authorized(request)
-                    .send()
-                    .await
-                    .map_err(connection_failure)?;
-                self.read_prediction(response).await
-            })
-            .await?;
+        let prediction = with_retries(|| async {
+            let request = self.http.post(url).header("Prefer", PREFER_WAIT).json(body);
+            let response = self
+                .authorized(request)
+                .send()
+                .await
+                .map_err(connection_failure)?;
+            self.read_prediction(response).await
+        })
+        .await?;
         if !valid_id(&prediction.id) {
             return Err(ProviderError::Permanent(
                 "Replicate answered a prediction without a usable id".into(),
@@ -292,14 +278,13 @@ impl ReplicateClient {
             }
             tokio::time::sleep(pause).await;
             pause = pause.mul_f64(1.5).min(self.max_poll);
-            prediction = self
-                .with_retries(|| async {
-                    let request = self.authorized(self.http.get(&get_url));
-                    let response = request.send().await.map_err(connection_failure)?;
-                    self.read_prediction(response).await
-                })
-                .await
-                .map_err(Stop::Lost)?;
+            prediction = with_retries(|| async {
+                let request = self.authorized(self.http.get(&get_url));
+                let response = request.send().await.map_err(connection_failure)?;
+                self.read_prediction(response).await
+            })
+            .await
+            .map_err(Stop::Lost)?;
         }
     }
 
@@ -371,33 +356,7 @@ impl ReplicateClient {
     }
 
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        if self.api_key.is_empty() {
-            request
-        } else {
-            request.bearer_auth(&self.api_key)
-        }
-    }
-
-    async fn with_retries<T, F, Fut>(&self, attempt: F) -> Result<T, ProviderError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, Attempt>>,
-    {
-        attempt
-            .retry(
-                ExponentialBuilder::default()
-                    .with_min_delay(Duration::from_millis(200))
-                    .with_max_delay(Duration::from_secs(10))
-                    .with_max_times(MAX_RETRIES)
-                    .with_jitter(),
-            )
-            .when(|failed: &Attempt| matches!(failed.error, ProviderError::Transient(_)))
-            // `planned` is None once the retries are used up: keep it so.
-            .adjust(|failed: &Attempt, planned| {
-                planned.map(|planned| failed.retry_after.unwrap_or(planned))
-            })
-            .await
-            .map_err(|failed| failed.error)
+        bearer(request, &self.api_key)
     }
 
     async fn read_prediction(&self, response: reqwest::Response) -> Result<Prediction, Attempt> {
@@ -407,43 +366,25 @@ impl ReplicateClient {
         // A body cut off in transit is a connection failure; one that does
         // not parse is Replicate's doing.
         let body = response.bytes().await.map_err(connection_failure)?;
-        serde_json::from_slice::<Prediction>(&body).map_err(|_| Attempt {
-            error: ProviderError::Permanent("Replicate answered an unreadable prediction".into()),
-            retry_after: None,
-        })
+        serde_json::from_slice::<Prediction>(&body)
+            .map_err(|_| Attempt::permanent("Replicate answered an unreadable prediction"))
     }
 
-    /// Classifies a non-success answer: 408/429/5xx transient, other 4xx
-    /// permanent with Replicate's `detail`, honouring `Retry-After` seconds.
+    /// A non-success answer, with Replicate's `detail` (or `title`) as the
+    /// explanation, the key redacted.
     async fn status_failure(&self, response: reqwest::Response) -> Attempt {
-        let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
-        let error = match status.as_u16() {
-            408 | 429 | 500..=599 => {
-                ProviderError::Transient(format!("the upstream answered {status}"))
-            }
-            _ => {
-                let body = response.text().await.unwrap_or_default();
-                let detail = serde_json::from_str::<Value>(&body).ok().and_then(|v| {
-                    ["detail", "title"]
-                        .iter()
-                        .find_map(|field| {
-                            v[*field].as_str().map(str::trim).filter(|t| !t.is_empty())
-                        })
-                        .map(|text| self.clip(text, DETAIL_CHARS))
-                });
-                ProviderError::Permanent(
-                    detail
-                        .unwrap_or_else(|| format!("the upstream rejected the request ({status})")),
-                )
-            }
-        };
-        Attempt { error, retry_after }
+        http::status_failure(response, |body| {
+            ["detail", "title"]
+                .iter()
+                .find_map(|field| {
+                    body[*field]
+                        .as_str()
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                })
+                .map(|text| self.clip(text, DETAIL_CHARS))
+        })
+        .await
     }
 
     /// `text` without the key, cut to `max_chars` characters.
@@ -474,18 +415,6 @@ fn cancelled() -> ProviderError {
 fn timed_out(deadline: Duration) -> ProviderError {
     let secs = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
     ProviderError::Transient(format!("the prediction did not finish within {secs}s"))
-}
-
-fn connection_failure(err: reqwest::Error) -> Attempt {
-    let reason = if err.is_timeout() {
-        "the upstream timed out"
-    } else {
-        "the upstream could not be reached"
-    };
-    Attempt {
-        error: ProviderError::Transient(reason.into()),
-        retry_after: None,
-    }
 }
 
 /// The first file URL in a prediction output: a string, or the first string of an array, or {"url": ...}.
