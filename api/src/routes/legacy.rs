@@ -29,13 +29,11 @@ fn envelope_error(err: &ApiError, started: Instant) -> HttpResponse {
         ApiError::Validation(v) => ("invalid_request", Some(v.field)),
         other => (other.code(), None),
     };
-    let message = if matches!(err, ApiError::Internal(_)) {
-        // Logged by the standard renderer; the client gets the generic text.
-        let _ = err.error_response();
-        "internal error".to_owned()
-    } else {
-        err.to_string()
-    };
+    if let ApiError::Internal(cause) = err {
+        // The cause goes to the log; the client reads "internal error".
+        tracing::error!(error = format!("{cause:#}"), "legacy request failed");
+    }
+    let message = err.to_string();
     HttpResponse::build(status).json(json!({
         "success": false,
         "data": null,
