@@ -2,6 +2,7 @@
 //! database access, queue topology, notifications, storage, providers, config.
 
 pub mod batch;
+pub mod billing;
 pub mod chat;
 pub mod config;
 pub mod db;

@@ -4,7 +4,10 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use uuid::Uuid;
 
-use super::schema::{api_keys, events, jobs, organizations, plans};
+use super::schema::{
+    api_keys, billing_accounts, credit_transactions, events, jobs, organizations, plans,
+    quota_usage, reservations, usage_records,
+};
 
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = plans)]
@@ -135,5 +138,95 @@ pub struct Event {
     pub org_id: Uuid,
     pub kind: String,
     pub data: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An organization's billing period and credit balances.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = billing_accounts)]
+pub struct BillingAccount {
+    pub org_id: Uuid,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub included_credits: i64,
+    pub included_remaining: i64,
+    pub purchased_balance: i64,
+    pub reserved_credits: i64,
+    pub overage_credits: i64,
+    pub overage_enabled: bool,
+    pub soft_limit: Option<i64>,
+    pub hard_limit: Option<i64>,
+    pub notification_email: Option<String>,
+    pub notification_thresholds: Vec<i32>,
+    pub soft_limit_notified: bool,
+    pub credits_low_notified: bool,
+    pub credits_depleted_notified: bool,
+    pub last_notification_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl BillingAccount {
+    /// The ledger balance: what the transactions of this account sum to.
+    pub fn balance(&self) -> i64 {
+        self.included_remaining + self.purchased_balance - self.overage_credits
+    }
+}
+
+/// A quota bucket's state for one period, in thousandths of a unit.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = quota_usage)]
+pub struct QuotaUsage {
+    pub org_id: Uuid,
+    pub period_start: DateTime<Utc>,
+    pub bucket: String,
+    pub used_milli: i64,
+    pub reserved_milli: i64,
+    pub low_notified: bool,
+    pub depleted_notified: bool,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = reservations)]
+pub struct Reservation {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub credits: i64,
+    pub bucket: Option<String>,
+    pub bucket_milli: i64,
+    pub period_start: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = credit_transactions)]
+pub struct CreditTransaction {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub kind: String,
+    pub amount: i64,
+    pub balance_after: i64,
+    pub description: String,
+    pub metadata: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One metered request: a sync call or a finished job.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = usage_records)]
+pub struct UsageRecord {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub api_key_id: Option<Uuid>,
+    pub endpoint: String,
+    pub method: String,
+    pub model: String,
+    pub credits: i64,
+    pub latency_ms: i64,
+    pub status: String,
+    pub tools_used: Vec<String>,
+    pub prompt_tokens: i64,
+    pub completion_tokens: i64,
+    pub total_tokens: i64,
     pub created_at: DateTime<Utc>,
 }

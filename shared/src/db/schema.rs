@@ -86,9 +86,121 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    billing_accounts (org_id) {
+        org_id -> Uuid,
+        period_start -> Timestamptz,
+        period_end -> Timestamptz,
+        included_credits -> Int8,
+        included_remaining -> Int8,
+        purchased_balance -> Int8,
+        reserved_credits -> Int8,
+        overage_credits -> Int8,
+        overage_enabled -> Bool,
+        soft_limit -> Nullable<Int8>,
+        hard_limit -> Nullable<Int8>,
+        notification_email -> Nullable<Text>,
+        notification_thresholds -> Array<Int4>,
+        soft_limit_notified -> Bool,
+        credits_low_notified -> Bool,
+        credits_depleted_notified -> Bool,
+        last_notification_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    quota_usage (org_id, period_start, bucket) {
+        org_id -> Uuid,
+        period_start -> Timestamptz,
+        bucket -> Text,
+        used_milli -> Int8,
+        reserved_milli -> Int8,
+        low_notified -> Bool,
+        depleted_notified -> Bool,
+    }
+}
+
+diesel::table! {
+    reservations (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        credits -> Int8,
+        bucket -> Nullable<Text>,
+        bucket_milli -> Int8,
+        period_start -> Timestamptz,
+        expires_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    credit_transactions (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        #[sql_name = "type"]
+        kind -> Text,
+        amount -> Int8,
+        balance_after -> Int8,
+        description -> Text,
+        metadata -> Jsonb,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    usage_records (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        api_key_id -> Nullable<Uuid>,
+        endpoint -> Text,
+        method -> Text,
+        model -> Text,
+        credits -> Int8,
+        latency_ms -> Int8,
+        status -> Text,
+        tools_used -> Array<Text>,
+        prompt_tokens -> Int8,
+        completion_tokens -> Int8,
+        total_tokens -> Int8,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    rate_limits (api_key_id) {
+        api_key_id -> Uuid,
+        tat -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    concurrency_slots (org_id, slot) {
+        org_id -> Uuid,
+        slot -> Int4,
+        holder -> Nullable<Uuid>,
+        expires_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(organizations -> plans (plan_code));
 diesel::joinable!(events -> organizations (org_id));
 diesel::joinable!(api_keys -> organizations (org_id));
 diesel::joinable!(jobs -> organizations (org_id));
 diesel::joinable!(jobs -> api_keys (api_key_id));
-diesel::allow_tables_to_appear_in_same_query!(plans, organizations, api_keys, jobs, events);
+diesel::joinable!(billing_accounts -> organizations (org_id));
+diesel::joinable!(usage_records -> organizations (org_id));
+diesel::allow_tables_to_appear_in_same_query!(
+    plans,
+    organizations,
+    api_keys,
+    jobs,
+    events,
+    billing_accounts,
+    quota_usage,
+    reservations,
+    credit_transactions,
+    usage_records,
+    rate_limits,
+    concurrency_slots,
+);

@@ -192,3 +192,17 @@ mod tests {
         assert!(!JobStatus::Processing.is_terminal());
     }
 }
+
+string_enum! {
+    /// A quota bucket, counted per organization and billing period.
+    Bucket {
+        ChatTokens => "chat_tokens",
+        ImageGenerations => "image_generations",
+        VideoSeconds => "video_seconds",
+        SttSeconds => "stt_seconds",
+        TtsChars => "tts_chars",
+        ImageEdits => "image_edits",
+        MusicTracks => "music_tracks",
+        AgentRuns => "agent_runs",
+    }
+}

@@ -1,5 +1,6 @@
 //! All SQL, one module per aggregate.
 
+pub mod billing;
 pub mod events;
 pub mod jobs;
 pub mod keys;

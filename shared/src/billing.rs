@@ -1,0 +1,248 @@
+//! Metering rules: quota buckets, tier multipliers, estimates and charges,
+//! and the usage object a response reports. The SQL that applies them
+//! atomically lives in `db::queries::billing`.
+
+use serde_json::{Value, json};
+
+use crate::db::models::Plan;
+pub use crate::domain::Bucket;
+use crate::domain::{ModelTier, Tool};
+
+/// The quota pseudo-bucket of credits, named in 402 messages and events.
+pub const CREDITS: &str = "credits";
+
+/// A bucket whose remaining share drops below this (in percent) sends `credits.low`.
+pub const LOW_PERCENT: i64 = 10;
+
+impl Bucket {
+    /// The plan's limit in units; `None` is unlimited, `Some(0)` not on the plan.
+    pub fn limit(self, plan: &Plan) -> Option<i64> {
+        match self {
+            Bucket::ChatTokens => plan.chat_tokens,
+            Bucket::ImageGenerations => plan.image_generations,
+            Bucket::VideoSeconds => plan.video_seconds,
+            Bucket::SttSeconds => plan.stt_seconds,
+            Bucket::TtsChars => plan.tts_chars,
+            Bucket::ImageEdits => plan.image_edits,
+            Bucket::MusicTracks => plan.music_tracks,
+            Bucket::AgentRuns => plan.agent_runs,
+        }
+    }
+
+    pub fn for_tool(tool: Tool) -> Bucket {
+        match tool {
+            Tool::Image => Bucket::ImageGenerations,
+            Tool::ImageEdit => Bucket::ImageEdits,
+            Tool::Video => Bucket::VideoSeconds,
+            Tool::Music => Bucket::MusicTracks,
+            Tool::Tts => Bucket::TtsChars,
+            Tool::Stt => Bucket::SttSeconds,
+        }
+    }
+
+    /// The quota multiplier of a model tier on this bucket: the spec's
+    /// Fast/Standard/Premium 1x/1.25x/1.5x for speech, transcription, edits
+    /// and music; chat's Basic/Standard/Powerful 1x/1.5x/2x (the low end of
+    /// the spec's ranges); 1x for image generations and video seconds.
+    pub fn multiplier(self, tier: ModelTier) -> f64 {
+        match self {
+            Bucket::SttSeconds | Bucket::TtsChars | Bucket::ImageEdits | Bucket::MusicTracks => {
+                tier.quota_multiplier()
+            }
+            Bucket::ChatTokens => match tier {
+                ModelTier::Fast => 1.0,
+                ModelTier::Standard => 1.5,
+                ModelTier::Premium => 2.0,
+            },
+            Bucket::ImageGenerations | Bucket::VideoSeconds | Bucket::AgentRuns => 1.0,
+        }
+    }
+}
+
+/// Units in thousandths, as buckets store them; rounded up so a fraction
+/// of a unit is never free.
+pub fn to_milli(units: f64, multiplier: f64) -> i64 {
+    let exact = units.max(0.0) * multiplier * 1000.0;
+    let nearest = exact.round();
+    // Float noise (1.1 * 1000 = 1100.0000000000002) must not cost a unit.
+    if (exact - nearest).abs() < 1e-6 {
+        nearest as i64
+    } else {
+        exact.ceil() as i64
+    }
+}
+
+/// Thousandths back to units for reports.
+pub fn from_milli(milli: i64) -> f64 {
+    milli as f64 / 1000.0
+}
+
+/// What a request may cost, held at submission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub credits: i64,
+    /// The bucket and the quota units (multiplier applied, thousandths).
+    pub bucket: Option<(Bucket, i64)>,
+}
+
+/// What a request actually cost, charged at settlement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Charge {
+    pub credits: i64,
+    pub bucket_milli: i64,
+}
+
+/// Refusals of the metering rules (all 402).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("Quota exceeded for {bucket}")]
+    Quota { bucket: String, remaining: f64 },
+    #[error("Overage hard limit reached: {hard_limit} overage credits this billing period")]
+    HardLimit { hard_limit: i64 },
+}
+
+impl Refusal {
+    pub fn remaining(&self) -> f64 {
+        match self {
+            Refusal::Quota { remaining, .. } => *remaining,
+            Refusal::HardLimit { .. } => 0.0,
+        }
+    }
+}
+
+/// The outcome of a settlement, for the response's usage object and headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    pub credits: i64,
+    pub from_included: i64,
+    pub from_purchased: i64,
+    pub overage: i64,
+    pub bucket: Option<BucketReport>,
+    pub account: AccountSnapshot,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketReport {
+    pub bucket: Bucket,
+    pub used_milli: i64,
+    /// `None`: unlimited.
+    pub remaining_milli: Option<i64>,
+    pub multiplier: f64,
+}
+
+/// Balances after a charge, for the `X-Credits-*`/`X-Overage-*` headers.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AccountSnapshot {
+    pub credits_remaining: i64,
+    pub overage_enabled: bool,
+    pub overage_credits: i64,
+    /// USD per credit in millionths; `None` when the plan has no overage.
+    pub overage_rate_micros: Option<i64>,
+}
+
+impl AccountSnapshot {
+    pub fn overage_active(&self) -> bool {
+        self.overage_credits > 0
+    }
+
+    pub fn overage_cost_usd(&self) -> f64 {
+        usd(self.overage_credits * self.overage_rate_micros.unwrap_or(0))
+    }
+}
+
+pub fn usd(micros: i64) -> f64 {
+    micros as f64 / 1_000_000.0
+}
+
+/// The spec's usage object for a generation tool: credits, their parts, and
+/// the tool's bucket counters (`*_used` is what the bucket was charged, the
+/// tier multiplier applied; `*_remaining` what the period has left).
+pub fn usage_object(settled: &Settled) -> Value {
+    let mut usage = json!({
+        "credits_used": settled.credits,
+        "credits_breakdown": {
+            "base": settled.credits,
+            "included": settled.from_included,
+            "purchased": settled.from_purchased,
+            "overage": settled.overage,
+        },
+    });
+    if let Some(report) = &settled.bucket {
+        let used = from_milli(report.used_milli);
+        let remaining = report.remaining_milli.map(from_milli);
+        let (used_key, remaining_key, whole) = match report.bucket {
+            Bucket::ImageGenerations => ("generations_used", "generations_remaining", true),
+            Bucket::ImageEdits => ("edits_used", "edits_remaining", true),
+            Bucket::MusicTracks => ("tracks_used", "tracks_remaining", true),
+            Bucket::TtsChars => ("chars_used", "chars_remaining", true),
+            Bucket::SttSeconds | Bucket::VideoSeconds => {
+                ("seconds_used", "seconds_remaining", false)
+            }
+            Bucket::ChatTokens => ("tokens_used", "tokens_remaining", true),
+            Bucket::AgentRuns => ("runs_used", "runs_remaining", true),
+        };
+        let number = |v: f64| {
+            if whole {
+                json!(v.ceil() as i64)
+            } else {
+                json!(v)
+            }
+        };
+        usage[used_key] = number(used);
+        // Whole-unit counters round what is left down: a fraction is not usable.
+        usage[remaining_key] = match remaining {
+            Some(v) if whole => json!(v.floor() as i64),
+            Some(v) => json!(v),
+            None => Value::Null,
+        };
+        if report.bucket != Bucket::ImageGenerations && report.bucket != Bucket::VideoSeconds {
+            usage["quota_multiplier"] = json!(report.multiplier);
+        }
+    }
+    usage
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn milli_units_are_exact_for_tier_multipliers_and_round_up_fractions() {
+        assert_eq!(to_milli(4.0, 1.25), 5000);
+        assert_eq!(to_milli(100.0, 1.5), 150_000);
+        assert_eq!(to_milli(2.5, 1.25), 3125);
+        assert_eq!(to_milli(0.0001, 1.0), 1);
+        assert_eq!(to_milli(-3.0, 1.0), 0);
+    }
+
+    #[test]
+    fn multipliers_follow_the_spec_per_bucket() {
+        assert_eq!(Bucket::TtsChars.multiplier(ModelTier::Standard), 1.25);
+        assert_eq!(Bucket::MusicTracks.multiplier(ModelTier::Premium), 1.5);
+        assert_eq!(Bucket::ChatTokens.multiplier(ModelTier::Premium), 2.0);
+        assert_eq!(Bucket::ImageGenerations.multiplier(ModelTier::Premium), 1.0);
+    }
+
+    #[test]
+    fn usage_objects_name_each_tools_counters() {
+        let settled = Settled {
+            credits: 12,
+            from_included: 10,
+            from_purchased: 2,
+            overage: 0,
+            bucket: Some(BucketReport {
+                bucket: Bucket::TtsChars,
+                used_milli: 125_000,
+                remaining_milli: Some(199_874_500),
+                multiplier: 1.25,
+            }),
+            account: AccountSnapshot::default(),
+        };
+        let usage = usage_object(&settled);
+        assert_eq!(usage["credits_used"], 12);
+        assert_eq!(usage["credits_breakdown"]["purchased"], 2);
+        assert_eq!(usage["chars_used"], 125);
+        assert_eq!(usage["chars_remaining"], 199_874);
+        assert_eq!(usage["quota_multiplier"], 1.25);
+    }
+}
