@@ -3,6 +3,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
+use unigen_shared::billing::Refusal;
 use unigen_shared::db::DbError;
 use unigen_shared::jobs::{SubmitError, ValidationError};
 
@@ -35,6 +36,15 @@ pub enum ApiError {
     Upstream(String),
     #[error("{0}")]
     Unavailable(String),
+    /// A quota bucket, the credits or the overage hard limit (402).
+    #[error("{0}")]
+    Quota(#[from] Refusal),
+    /// Over the plan's request rate or concurrency (429).
+    #[error("{message}")]
+    RateLimited {
+        message: &'static str,
+        retry_after_seconds: u64,
+    },
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -87,6 +97,16 @@ impl ApiError {
                 "server_error",
                 "server_error",
             ),
+            ApiError::Quota(_) => (
+                StatusCode::PAYMENT_REQUIRED,
+                "insufficient_quota",
+                "quota_exceeded",
+            ),
+            ApiError::RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "rate_limited",
+            ),
         }
     }
 
@@ -117,6 +137,9 @@ pub struct ErrorDetail {
     /// The request field at fault, for validation errors.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub param: Option<&'static str>,
+    /// What the exhausted bucket has left, for quota errors (402).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<f64>,
 }
 
 impl ResponseError for ApiError {
@@ -134,12 +157,25 @@ impl ResponseError for ApiError {
             ApiError::Validation(v) => Some(v.field),
             _ => None,
         };
-        HttpResponse::build(status).json(ErrorBody {
+        let remaining = match self {
+            ApiError::Quota(refusal) => Some(refusal.remaining()),
+            _ => None,
+        };
+        let mut response = HttpResponse::build(status);
+        if let ApiError::RateLimited {
+            retry_after_seconds,
+            ..
+        } = self
+        {
+            response.insert_header(("Retry-After", retry_after_seconds.to_string()));
+        }
+        response.json(ErrorBody {
             error: ErrorDetail {
                 message: self.to_string(),
                 kind,
                 code,
                 param,
+                remaining,
             },
         })
     }
@@ -161,6 +197,7 @@ impl From<SubmitError> for ApiError {
     fn from(err: SubmitError) -> Self {
         match err {
             SubmitError::Db(e) => e.into(),
+            SubmitError::Refused(refusal) => ApiError::Quota(refusal),
         }
     }
 }

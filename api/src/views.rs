@@ -76,6 +76,11 @@ impl JobView {
 /// The usage object of a finished job: credits, plus the tool's own counters
 /// (and the tier's quota multiplier where the spec has one).
 pub fn job_usage(job: &Job) -> Value {
+    // Settled jobs carry the usage object the settlement computed (with the
+    // bucket's remaining at that moment); the rest is derived.
+    if let Some(settled) = &job.usage {
+        return settled.clone();
+    }
     let credits = job.actual_credits.unwrap_or(0);
     let mut usage = json!({ "credits_used": credits, "credits_breakdown": { "base": credits } });
     if job.status != "completed" {
@@ -213,6 +218,7 @@ mod tests {
             created_at: now,
             started_at: Some(now),
             completed_at: Some(now),
+            usage: None,
         }
     }
 

@@ -2,9 +2,11 @@
 //! and the usage object a response reports. The SQL that applies them
 //! atomically lives in `db::queries::billing`.
 
+use chrono::Utc;
 use serde_json::{Value, json};
 
 use crate::db::models::Plan;
+use crate::db::models::{Job, UsageRecord};
 pub use crate::domain::Bucket;
 use crate::domain::{ModelTier, Tool};
 
@@ -200,6 +202,72 @@ pub fn usage_object(settled: &Settled) -> Value {
         }
     }
     usage
+}
+
+/// The endpoint a tool's jobs are created through, as usage records name it.
+pub fn endpoint_of_tool(tool: Tool) -> &'static str {
+    match tool {
+        Tool::Image => "/v1/images/generations",
+        Tool::ImageEdit => "/v1/images/edits",
+        Tool::Video => "/v1/videos/generations",
+        Tool::Music => "/v1/music/generations",
+        Tool::Tts => "/v1/audio/speech",
+        Tool::Stt => "/v1/audio/transcriptions",
+    }
+}
+
+/// The usage record of a finished job (`credits` is set by the settlement).
+pub fn job_usage_record(job: &Job, status: &str) -> UsageRecord {
+    let now = Utc::now();
+    let tool = job.tool.parse::<Tool>().ok();
+    UsageRecord {
+        id: job.id,
+        org_id: job.org_id,
+        api_key_id: Some(job.api_key_id),
+        endpoint: tool.map_or("/v1/jobs", endpoint_of_tool).to_owned(),
+        method: "POST".to_owned(),
+        model: job.model.clone(),
+        credits: 0,
+        latency_ms: (now - job.created_at).num_milliseconds().max(0),
+        status: status.to_owned(),
+        tools_used: tool
+            .map(|t| vec![t.as_str().to_owned()])
+            .unwrap_or_default(),
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        total_tokens: 0,
+        created_at: now,
+    }
+}
+
+/// What a completed job is charged: its actual credits and its measured
+/// units in the tool's bucket, with the tier's multiplier.
+pub fn job_charge(job: &Job, output: &Value, actual_credits: i64) -> (Charge, f64) {
+    let Ok(tool) = job.tool.parse::<Tool>() else {
+        return (
+            Charge {
+                credits: actual_credits,
+                bucket_milli: 0,
+            },
+            1.0,
+        );
+    };
+    let bucket = Bucket::for_tool(tool);
+    let multiplier = job
+        .model_tier
+        .parse::<ModelTier>()
+        .map_or(1.0, |tier| bucket.multiplier(tier));
+    let units = crate::events::units_of(&job.tool, output)
+        .0
+        .as_f64()
+        .unwrap_or(0.0);
+    (
+        Charge {
+            credits: actual_credits,
+            bucket_milli: to_milli(units, multiplier),
+        },
+        multiplier,
+    )
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use tracing::Instrument;
 use unigen_shared::db::models::Job;
 use unigen_shared::db::{DbError, queries};
 use unigen_shared::domain::{JobStatus, Tool};
-use unigen_shared::events;
+use unigen_shared::{billing, events};
 use uuid::Uuid;
 
 use crate::WorkerContext;
@@ -140,17 +140,37 @@ async fn settle(
         conn.transaction::<_, DbError, _>(async |conn| {
             let written = match settlement {
                 Settlement::Complete(output) => {
-                    queries::jobs::complete(
+                    let written = queries::jobs::complete(
                         conn,
                         id,
                         attempt,
                         &output.output,
                         output.actual_credits,
                     )
-                    .await?
+                    .await?;
+                    if written {
+                        // The charge commits with the result: completed
+                        // means charged, exactly once.
+                        let (charge, multiplier) =
+                            billing::job_charge(job, &output.output, output.actual_credits);
+                        let record = billing::job_usage_record(job, "success");
+                        if let Some(settled) =
+                            queries::billing::settle(conn, id, &charge, multiplier, &record).await?
+                        {
+                            let usage = billing::usage_object(&settled);
+                            queries::jobs::set_usage(conn, id, &usage).await?;
+                        }
+                    }
+                    written
                 }
                 Settlement::Fail(message) => {
-                    queries::jobs::fail(conn, id, attempt, message).await?
+                    let written = queries::jobs::fail(conn, id, attempt, message).await?;
+                    if written {
+                        // A failed job consumes nothing.
+                        let record = billing::job_usage_record(job, "failed");
+                        queries::billing::release(conn, id, Some(record)).await?;
+                    }
+                    written
                 }
             };
             if written {

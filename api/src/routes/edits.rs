@@ -81,6 +81,7 @@ pub async fn create_image_edit(
         tool: Tool::ImageEdit,
         model,
         estimated_credits: model.credits_per_unit,
+        quota_units: 1.0,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
         is_async,
         what: "image edit",

@@ -3,6 +3,7 @@
 
 use actix_web::HttpResponse;
 use chrono::Utc;
+use unigen_shared::billing::{Bucket, Estimate, to_milli};
 use unigen_shared::config::ModelEntry;
 use unigen_shared::db::models::Job;
 use unigen_shared::domain::{JobStatus, Tool};
@@ -103,6 +104,9 @@ pub struct Generation<'a> {
     pub model: &'a ModelEntry,
     pub params: serde_json::Value,
     pub estimated_credits: i64,
+    /// Units of the tool's quota bucket the request asks for (before the
+    /// tier multiplier): images, seconds, characters, tracks.
+    pub quota_units: f64,
     pub is_async: bool,
     /// Used in the error of a failed sync job: "<what> failed: <reason>".
     pub what: &'static str,
@@ -141,6 +145,7 @@ pub async fn run(
     caller: &Caller,
     generation: Generation<'_>,
 ) -> Result<Outcome, ApiError> {
+    let estimate = estimate(&generation);
     let job = state
         .submitter
         .submit(NewJobRequest {
@@ -149,7 +154,7 @@ pub async fn run(
             tool: generation.tool,
             model: generation.model,
             input_params: generation.params,
-            estimated_credits: generation.estimated_credits,
+            estimate,
         })
         .await?;
     state.metrics.job_submitted(generation.tool);
@@ -166,6 +171,16 @@ pub async fn run(
         ))),
         Ok(JobStatus::Cancelled) => Err(ApiError::JobCancelled),
         Ok(JobStatus::Pending | JobStatus::Processing) | Err(_) => Ok(Outcome::StillRunning(job)),
+    }
+}
+
+/// The credits and quota units a generation holds until it settles.
+pub fn estimate(generation: &Generation<'_>) -> Estimate {
+    let bucket = Bucket::for_tool(generation.tool);
+    let multiplier = bucket.multiplier(generation.model.tier);
+    Estimate {
+        credits: generation.estimated_credits,
+        bucket: Some((bucket, to_milli(generation.quota_units, multiplier))),
     }
 }
 

@@ -51,6 +51,7 @@ pub async fn create_image_generation(
         tool: Tool::Image,
         model,
         estimated_credits: model.credits_per_unit * i64::from(params.n),
+        quota_units: f64::from(params.n),
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
         is_async,
         what: "image generation",

@@ -141,10 +141,10 @@ pub async fn cancel_job(
     let id = parse_job_id(&path)?;
     let outcome = {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::jobs::cancel(&mut conn, caller.org_id, id).await?
+        unigen_shared::jobs::cancel(&mut conn, caller.org_id, id).await?
     };
     match outcome {
-        CancelOutcome::Cancelled => {
+        CancelOutcome::Cancelled(_) => {
             // Wakes waiters and the worker running it.
             state.notifier.job_changed(id);
             Ok(HttpResponse::Ok().json(CancelResponse { success: true }))

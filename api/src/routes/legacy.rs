@@ -79,6 +79,7 @@ async fn submit(
         tool: Tool::Image,
         model,
         estimated_credits: model.credits_per_unit * i64::from(params.n),
+        quota_units: f64::from(params.n),
         params: stored,
         is_async,
         what: "image generation",

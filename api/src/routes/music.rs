@@ -48,6 +48,7 @@ pub async fn create_music_generation(
         tool: Tool::Music,
         model,
         estimated_credits: model.credits_per_unit,
+        quota_units: 1.0,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
         is_async,
         what: "music generation",

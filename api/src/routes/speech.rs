@@ -76,6 +76,7 @@ pub async fn create_speech(
         tool: Tool::Tts,
         model,
         estimated_credits: model.credits_per_unit * ((characters + 999) / 1000),
+        quota_units: characters as f64,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
         is_async,
         what: "speech synthesis",

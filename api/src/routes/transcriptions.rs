@@ -5,8 +5,10 @@ use serde_json::json;
 use unigen_shared::domain::{ModelCategory, Scope, Tool};
 use unigen_shared::jobs::ValidationError;
 use unigen_shared::jobs::transcription::{Transcript, TranscriptionRequest};
+use unigen_shared::providers::local::audio::probe_duration;
 
 use super::generation::{self, Generation};
+
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::routes::params::{json_body, query_bool};
@@ -62,14 +64,21 @@ pub async fn create_transcription(
         .into());
     }
     let loaded = generation::fetch_inputs(&state, media).await?;
+    // The audio's length sets what is reserved; the worker charges what
+    // the transcription measured. Undecodable audio reserves one minute and
+    // fails in the worker with the decoder's reason.
+    let duration_seconds = match loaded.iter().find(|(field, _)| *field == "file") {
+        Some((_, audio)) => probe_duration(&audio.bytes).await.unwrap_or(60.0),
+        None => 60.0,
+    };
+    let minutes = (duration_seconds / 60.0).ceil().max(1.0) as i64;
     params.inputs = generation::store_inputs(&state, caller.org_id, loaded).await?;
     let format = params.response_format.clone();
     let generation = Generation {
         tool: Tool::Stt,
         model,
-        // The duration is known once decoded: one minute is reserved, the
-        // actual minutes are charged on completion.
-        estimated_credits: model.credits_per_unit,
+        estimated_credits: model.credits_per_unit * minutes,
+        quota_units: duration_seconds,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
         is_async,
         what: "transcription",

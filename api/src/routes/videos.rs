@@ -52,6 +52,7 @@ pub async fn create_video_generation(
         tool: Tool::Video,
         model,
         estimated_credits: model.credits_per_unit * params.duration_seconds.ceil() as i64,
+        quota_units: params.duration_seconds,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
         is_async,
         what: "video generation",

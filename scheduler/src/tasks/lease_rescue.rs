@@ -40,6 +40,8 @@ impl LeaseRescue {
                         job.org_id, job.id, &job.tool, &job.model, message,
                     );
                     queries::events::insert(conn, &event).await?;
+                    // Given up on: the job consumes nothing.
+                    queries::billing::release(conn, job.id, None).await?;
                 }
                 Ok(rescued)
             })

@@ -115,6 +115,8 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
+    /// The settled usage object (set with the result).
+    pub usage: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Insertable)]

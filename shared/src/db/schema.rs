@@ -72,6 +72,7 @@ diesel::table! {
         created_at -> Timestamptz,
         started_at -> Nullable<Timestamptz>,
         completed_at -> Nullable<Timestamptz>,
+        usage -> Nullable<Jsonb>,
     }
 }
 

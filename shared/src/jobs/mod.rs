@@ -14,7 +14,7 @@ pub mod transcription;
 pub mod validate;
 pub mod video;
 
-pub use submit::{JobSubmitter, NewJobRequest, SubmitError};
+pub use submit::{JobSubmitter, NewJobRequest, SubmitError, cancel};
 
 use std::collections::BTreeMap;
 

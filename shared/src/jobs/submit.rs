@@ -5,6 +5,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use uuid::Uuid;
 
 use crate::batch::Batcher;
+use crate::billing::{Estimate, Refusal};
 use crate::config::ModelEntry;
 use crate::db::models::{Job, NewJob};
 use crate::db::{DbError, PgPool, queries};
@@ -15,6 +16,9 @@ use crate::queue::{JobMessage, Publisher};
 pub enum SubmitError {
     #[error(transparent)]
     Db(#[from] DbError),
+    /// The estimate does not fit a quota or the credits: nothing was written.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
 }
 
 pub struct NewJobRequest<'a> {
@@ -23,7 +27,8 @@ pub struct NewJobRequest<'a> {
     pub tool: Tool,
     pub model: &'a ModelEntry,
     pub input_params: serde_json::Value,
-    pub estimated_credits: i64,
+    /// Held at submission, settled on completion, released otherwise.
+    pub estimate: Estimate,
 }
 
 /// Persists jobs and hands them to the broker.
@@ -80,13 +85,18 @@ impl JobSubmitter {
             model: &request.model.id,
             model_tier: request.model.tier.as_str(),
             input_params: &request.input_params,
-            estimated_credits: request.estimated_credits,
+            estimated_credits: request.estimate.credits,
         };
         let mut pooled = self.pool.get().await.map_err(DbError::from)?;
         let conn: &mut AsyncPgConnection = &mut pooled;
-        // One transaction: later, quota reservation joins the insert here.
+        // The reservation and the job commit together: a refused estimate
+        // writes nothing, and every pending job holds its estimate.
         let job = conn
-            .transaction::<_, DbError, _>(async |conn| queries::jobs::insert(conn, &new).await)
+            .transaction::<_, SubmitError, _>(async |conn| {
+                queries::billing::reserve(conn, request.org_id, id, &request.estimate, None)
+                    .await??;
+                Ok(queries::jobs::insert(conn, &new).await?)
+            })
             .await?;
         drop(pooled);
         let message = JobMessage {
@@ -102,4 +112,28 @@ impl JobSubmitter {
         }
         Ok(job)
     }
+}
+
+impl From<diesel::result::Error> for SubmitError {
+    fn from(err: diesel::result::Error) -> Self {
+        SubmitError::Db(err.into())
+    }
+}
+
+/// Cancels a pending or processing job of the organization and releases its
+/// reservation in the same transaction: a cancelled job consumes nothing.
+pub async fn cancel(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<queries::jobs::CancelOutcome, DbError> {
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let outcome = queries::jobs::cancel(conn, org_id, id).await?;
+        if let queries::jobs::CancelOutcome::Cancelled(job) = &outcome {
+            let record = crate::billing::job_usage_record(job, "cancelled");
+            queries::billing::release(conn, id, Some(record)).await?;
+        }
+        Ok(outcome)
+    })
+    .await
 }

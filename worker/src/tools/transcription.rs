@@ -46,6 +46,6 @@ pub async fn run(
     Ok(ToolOutput {
         output: serde_json::to_value(&transcript)
             .map_err(|e| ToolError::InvalidParams(e.to_string()))?,
-        actual_credits: job.estimated_credits * minutes,
+        actual_credits: model.credits_per_unit * minutes,
     })
 }

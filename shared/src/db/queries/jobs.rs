@@ -81,7 +81,7 @@ pub async fn list_for_org(
 
 #[derive(Debug)]
 pub enum CancelOutcome {
-    Cancelled,
+    Cancelled(Box<Job>),
     AlreadyFinished(JobStatus),
     NotFound,
 }
@@ -101,12 +101,12 @@ pub async fn cancel(
             jobs::completed_at.eq(diesel::dsl::now),
             jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
         ))
-        .returning(jobs::id)
-        .get_result::<Uuid>(conn)
+        .returning(Job::as_returning())
+        .get_result(conn)
         .await
         .optional()?;
-    if cancelled.is_some() {
-        return Ok(CancelOutcome::Cancelled);
+    if let Some(job) = cancelled {
+        return Ok(CancelOutcome::Cancelled(Box::new(job)));
     }
     let status: Option<String> = jobs::table
         .filter(jobs::id.eq(id))
@@ -209,6 +209,19 @@ pub async fn complete(
         .execute(conn)
         .await?;
     Ok(updated == 1)
+}
+
+/// Stores the settled usage object of a finished job.
+pub async fn set_usage(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    usage: &serde_json::Value,
+) -> Result<(), DbError> {
+    diesel::update(jobs::table.find(id))
+        .set(jobs::usage.eq(usage))
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// Fails the job with a reason; a failed job consumes nothing.
