@@ -4,13 +4,14 @@ use std::future::Future;
 use std::pin::Pin;
 
 use actix_web::dev::Payload;
-use actix_web::{FromRequest, HttpRequest, web};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use chrono::Utc;
 use unigen_shared::db::queries;
 use unigen_shared::domain::{Scope, hash_key, looks_like_key};
 use uuid::Uuid;
 
 use crate::error::ApiError;
+use crate::metering::ChargeSlot;
 use crate::state::AppState;
 
 /// The caller, authenticated by `Authorization: Bearer sk_...`.
@@ -19,6 +20,10 @@ pub struct Caller {
     pub key_id: Uuid,
     pub org_id: Uuid,
     pub scopes: Vec<Scope>,
+    /// The plan's `concurrent_requests`.
+    pub concurrent_requests: i32,
+    /// Where a handler records what the request was charged (for headers).
+    pub charges: ChargeSlot,
 }
 
 impl Caller {
@@ -57,6 +62,11 @@ impl FromRequest for Caller {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let token = bearer_token(req).map(str::to_owned);
         let state = req.app_data::<web::Data<AppState>>().cloned();
+        let charges = req
+            .extensions()
+            .get::<ChargeSlot>()
+            .cloned()
+            .unwrap_or_default();
         Box::pin(async move {
             let state =
                 state.ok_or_else(|| ApiError::internal(anyhow::anyhow!("state missing")))?;
@@ -83,10 +93,22 @@ impl FromRequest for Caller {
             }
             // Unknown names (a scope removed in a later version) grant nothing.
             let scopes = row.scopes.iter().filter_map(|s| s.parse().ok()).collect();
+            // Every authenticated request counts against the key's rate.
+            if let Some(wait) =
+                queries::limits::take_rate_token(&mut conn, row.key_id, row.rate_limit_per_minute)
+                    .await?
+            {
+                return Err(ApiError::RateLimited {
+                    message: "Too many requests: the plan's rate limit was reached",
+                    retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
+                });
+            }
             Ok(Caller {
                 key_id: row.key_id,
                 org_id: row.org_id,
                 scopes,
+                concurrent_requests: row.concurrent_requests,
+                charges,
             })
         })
     }
@@ -124,6 +146,8 @@ mod tests {
             key_id: Uuid::nil(),
             org_id: Uuid::nil(),
             scopes: vec![Scope::Usage],
+            concurrent_requests: 1,
+            charges: ChargeSlot::default(),
         };
         assert!(caller.require_any(&[Scope::Jobs, Scope::Usage]).is_ok());
         let err = caller.require(Scope::Image).unwrap_err();

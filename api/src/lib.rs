@@ -4,6 +4,7 @@
 mod auth;
 pub mod cli;
 mod error;
+mod metering;
 mod metrics;
 mod openapi;
 mod routes;
@@ -128,7 +129,11 @@ pub async fn spawn(
                 ApiError::BadRequest(format!("invalid query string: {err}")).into()
             }))
             .into_utoipa_app()
-            .service(utoipa_actix_web::scope("/api/v1").configure(routes::configure_v1))
+            .service(
+                utoipa_actix_web::scope("/api/v1")
+                    .wrap(actix_web::middleware::from_fn(metering::credit_headers))
+                    .configure(routes::configure_v1),
+            )
             .split_for_parts();
         app.configure(routes::configure_root)
             .service(SwaggerUi::new("/docs/{_:.*}").url("/api/openapi", openapi.clone()))

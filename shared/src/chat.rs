@@ -151,6 +151,9 @@ pub struct ChatParams {
     pub messages: Vec<ChatMessage>,
     pub temperature: f64,
     pub max_tokens: u32,
+    /// The client chose `max_tokens` (else metering may lower the default
+    /// to what the token quota has left).
+    pub max_tokens_explicit: bool,
     pub top_p: f64,
     pub frequency_penalty: f64,
     pub presence_penalty: f64,
@@ -208,10 +211,8 @@ impl ChatCompletionRequest {
                 ));
             }
         }
-        let max_tokens = self
-            .max_completion_tokens
-            .or(self.max_tokens)
-            .unwrap_or(2048);
+        let requested = self.max_completion_tokens.or(self.max_tokens);
+        let max_tokens = requested.unwrap_or(2048);
         if !(1..=MAX_TOKENS_LIMIT).contains(&max_tokens) {
             return Err(ValidationError::new(
                 "max_tokens",
@@ -235,6 +236,7 @@ impl ChatCompletionRequest {
             messages,
             temperature: number_in("temperature", self.temperature, 0.0, 2.0, 0.7)?,
             max_tokens,
+            max_tokens_explicit: requested.is_some(),
             top_p: number_in("top_p", self.top_p, 0.0, 1.0, 1.0)?,
             frequency_penalty: number_in(
                 "frequency_penalty",

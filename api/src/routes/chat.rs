@@ -9,6 +9,7 @@ use actix_web::web::Bytes;
 use actix_web::{HttpResponse, post, web};
 use futures_util::stream::{self, StreamExt};
 use serde_json::{Value, json};
+use unigen_shared::billing::{Bucket, Charge, Estimate, Refusal, Settled, to_milli};
 use unigen_shared::chat::{
     ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_prompt_tokens,
     count_tokens,
@@ -23,25 +24,170 @@ use unigen_shared::search::grounding_prompt;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
+use crate::metering::{ConcurrencySlot, SyncReservation};
 use crate::routes::params::{json_body, query_bool};
 use crate::state::AppState;
 
-/// Token counts of a finished completion, and what they cost.
-fn usage(prompt_tokens: u32, completion_tokens: u32, model: &ModelEntry) -> Value {
-    let total = prompt_tokens + completion_tokens;
+const CHAT_ENDPOINT: &str = "/v1/chat/completions";
+
+/// Credits of a completion: per 1,000 tokens at the model's prompt and
+/// completion prices, rounded up.
+fn chat_credits(prompt_tokens: u32, completion_tokens: u32, model: &ModelEntry) -> i64 {
     let completion_price = model
         .completion_credits_per_unit
         .unwrap_or(model.credits_per_unit);
     let cost = i64::from(prompt_tokens) * model.credits_per_unit
         + i64::from(completion_tokens) * completion_price;
-    let credits = (cost + 999) / 1000;
-    json!({
+    (cost + 999) / 1000
+}
+
+/// The usage object: token counts, credits, and what the token quota has
+/// left (in tokens of this model's tier) after the charge.
+fn usage(prompt_tokens: u32, completion_tokens: u32, settled: Option<&Settled>) -> Value {
+    let credits = settled.map_or(0, |s| s.credits);
+    let mut usage = json!({
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
-        "total_tokens": total,
+        "total_tokens": prompt_tokens + completion_tokens,
         "credits_used": credits,
         "credits_breakdown": { "tokens": credits },
+    });
+    if let Some(report) = settled.and_then(|s| s.bucket.as_ref()) {
+        usage["quota_multiplier"] = json!(report.multiplier);
+        usage["tokens_remaining_estimate"] = match report.remaining_milli {
+            Some(milli) => json!((milli as f64 / 1000.0 / report.multiplier).floor() as i64),
+            None => Value::Null,
+        };
+    }
+    usage
+}
+
+/// What a completion may cost, reserved before the model runs. Without an
+/// explicit `max_tokens`, the completion is capped to what the token quota
+/// has left, so a nearly empty bucket still answers briefly instead of 402.
+async fn reserve_tokens(
+    state: &AppState,
+    caller: &Caller,
+    model: &ModelEntry,
+    params: &mut ChatParams,
+    prompt_tokens: u32,
+) -> Result<ChatMeter, ApiError> {
+    let multiplier = Bucket::ChatTokens.multiplier(model.tier);
+    let estimate = |completion: u32| Estimate {
+        credits: chat_credits(prompt_tokens, completion, model),
+        bucket: Some((
+            Bucket::ChatTokens,
+            to_milli(f64::from(prompt_tokens + completion), multiplier),
+        )),
+    };
+    let first = SyncReservation::reserve(
+        state,
+        caller,
+        CHAT_ENDPOINT,
+        &model.id,
+        &estimate(params.max_tokens),
+    )
+    .await;
+    let reservation = match first {
+        Err(ApiError::Quota(Refusal::Quota { bucket, remaining }))
+            if !params.max_tokens_explicit && bucket == Bucket::ChatTokens.as_str() =>
+        {
+            let fits = (remaining / multiplier).floor() as i64 - i64::from(prompt_tokens);
+            if fits < 1 {
+                return Err(ApiError::Quota(Refusal::Quota { bucket, remaining }));
+            }
+            params.max_tokens = fits as u32;
+            SyncReservation::reserve(
+                state,
+                caller,
+                CHAT_ENDPOINT,
+                &model.id,
+                &estimate(params.max_tokens),
+            )
+            .await?
+        }
+        other => other?,
+    };
+    Ok(ChatMeter {
+        reservation: Some(reservation),
+        pool: state.pool.clone(),
+        model: model.clone(),
+        multiplier,
+        tools_used: if params.web_search {
+            vec!["web_search".to_owned()]
+        } else {
+            Vec::new()
+        },
+        prompt_tokens,
+        counted: 0,
     })
+}
+
+/// Settles a completion's reservation once; a stream dropped before its end
+/// (client gone) is charged for what was generated until then.
+struct ChatMeter {
+    reservation: Option<SyncReservation>,
+    pool: unigen_shared::db::PgPool,
+    model: ModelEntry,
+    multiplier: f64,
+    tools_used: Vec<String>,
+    prompt_tokens: u32,
+    /// Completion tokens counted so far (streams).
+    counted: u32,
+}
+
+impl ChatMeter {
+    async fn settle(&mut self, prompt: u32, completion: u32) -> Option<Settled> {
+        let reservation = self.reservation.take()?;
+        let charge = Charge {
+            credits: chat_credits(prompt, completion, &self.model),
+            bucket_milli: to_milli(f64::from(prompt + completion), self.multiplier),
+        };
+        let tokens = (i64::from(prompt), i64::from(completion));
+        match reservation
+            .settle(
+                &self.pool,
+                &charge,
+                self.multiplier,
+                tokens,
+                self.tools_used.clone(),
+            )
+            .await
+        {
+            Ok(settled) => settled,
+            Err(err) => {
+                tracing::error!(error = %err, "settling a chat completion failed; its reservation expires");
+                None
+            }
+        }
+    }
+
+    async fn release(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            reservation.release(&self.pool).await;
+        }
+    }
+}
+
+impl Drop for ChatMeter {
+    fn drop(&mut self) {
+        let Some(reservation) = self.reservation.take() else {
+            return;
+        };
+        let mut rest = ChatMeter {
+            reservation: Some(reservation),
+            pool: self.pool.clone(),
+            model: self.model.clone(),
+            multiplier: self.multiplier,
+            tools_used: std::mem::take(&mut self.tools_used),
+            prompt_tokens: self.prompt_tokens,
+            counted: self.counted,
+        };
+        tokio::spawn(async move {
+            let (prompt, completion) = (rest.prompt_tokens, rest.counted);
+            rest.settle(prompt, completion).await;
+        });
+    }
 }
 
 /// The request as the upstream's body.
@@ -200,13 +346,24 @@ pub async fn create_chat_completion(
         created: chrono::Utc::now().timestamp(),
         model: model.id.clone(),
     };
+    // Held for the whole exchange, streams included.
+    let slot = ConcurrencySlot::acquire(&state, &caller).await?;
+    let prompt_tokens = count_prompt_tokens(&params.messages);
+    let mut meter = reserve_tokens(&state, &caller, &model, &mut params, prompt_tokens).await?;
     match (model.adapter.as_str(), params.stream) {
         ("openai", false) => {
             let upstream = with_fallbacks(&state, &model, |client| {
                 let body = upstream_body(&params, &model, false);
                 async move { client.chat(&body).await }
             })
-            .await?;
+            .await;
+            let upstream = match upstream {
+                Ok(upstream) => upstream,
+                Err(err) => {
+                    meter.release().await;
+                    return Err(err);
+                }
+            };
             let choice = &upstream["choices"][0];
             let content = choice["message"]["content"]
                 .as_str()
@@ -214,7 +371,7 @@ pub async fn create_chat_completion(
                 .to_owned();
             let prompt = upstream["usage"]["prompt_tokens"]
                 .as_u64()
-                .map_or_else(|| count_prompt_tokens(&params.messages), |n| n as u32);
+                .map_or(prompt_tokens, |n| n as u32);
             let completion = upstream["usage"]["completion_tokens"]
                 .as_u64()
                 .map_or_else(|| count_tokens(&content), |n| n as u32);
@@ -222,12 +379,14 @@ pub async fn create_chat_completion(
             if let Some(calls) = choice["message"].get("tool_calls").filter(|c| !c.is_null()) {
                 message["tool_calls"] = calls.clone();
             }
+            let settled = meter.settle(prompt, completion).await;
+            record_charge(&caller, settled.as_ref());
             Ok(completion_response(
                 &frames,
                 &model,
                 message,
                 choice["finish_reason"].as_str().unwrap_or("stop"),
-                usage(prompt, completion, &model),
+                usage(prompt, completion, settled.as_ref()),
             ))
         }
         ("openai", true) => {
@@ -235,17 +394,33 @@ pub async fn create_chat_completion(
                 let body = upstream_body(&params, &model, true);
                 async move { client.chat_stream(&body).await }
             })
-            .await?;
-            Ok(event_stream(relay_stream(upstream, frames, model, params)))
+            .await;
+            let upstream = match upstream {
+                Ok(upstream) => upstream,
+                Err(err) => {
+                    meter.release().await;
+                    return Err(err);
+                }
+            };
+            Ok(event_stream(relay_stream(
+                upstream, frames, params, meter, slot,
+            )))
         }
         (_, stream) => {
-            state
-                .local
-                .simulate_conditions()
-                .await
-                .map_err(|e| ApiError::Upstream(e.to_string()))?;
+            if let Err(err) = state.local.simulate_conditions().await {
+                meter.release().await;
+                return Err(ApiError::Upstream(err.to_string()));
+            }
             let reply = chat::echo(&params);
-            let spent = usage(reply.prompt_tokens, reply.completion_tokens, &model);
+            let settled = meter
+                .settle(reply.prompt_tokens, reply.completion_tokens)
+                .await;
+            record_charge(&caller, settled.as_ref());
+            let spent = usage(
+                reply.prompt_tokens,
+                reply.completion_tokens,
+                settled.as_ref(),
+            );
             if !stream {
                 let message = json!({ "role": "assistant", "content": reply.text });
                 return Ok(completion_response(
@@ -275,6 +450,14 @@ pub async fn create_chat_completion(
     }
 }
 
+fn record_charge(caller: &Caller, settled: Option<&Settled>) {
+    if let Some(settled) = settled {
+        caller
+            .charges
+            .record(settled.credits, settled.account.clone());
+    }
+}
+
 fn completion_response(
     frames: &Frames,
     model: &ModelEntry,
@@ -300,23 +483,34 @@ fn completion_response(
 fn relay_stream(
     upstream: ChunkStream,
     frames: Frames,
-    model: ModelEntry,
     params: ChatParams,
+    meter: ChatMeter,
+    slot: ConcurrencySlot,
 ) -> impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> {
     struct Relay {
         upstream: ChunkStream,
         frames: Frames,
-        model: ModelEntry,
         params: ChatParams,
+        meter: ChatMeter,
+        _slot: ConcurrencySlot,
         said: String,
         usage: Option<(u32, u32)>,
         finished: bool,
     }
+    impl Drop for Relay {
+        fn drop(&mut self) {
+            // A client gone mid-stream: the meter charges what was said.
+            if !self.finished {
+                self.meter.counted = count_tokens(&self.said);
+            }
+        }
+    }
     let relay = Relay {
         upstream,
         frames,
-        model,
         params,
+        meter,
+        _slot: slot,
         said: String::new(),
         usage: None,
         finished: false,
@@ -346,20 +540,21 @@ fn relay_stream(
                 Some(Err(err)) => {
                     let event = json!({ "error": { "message": format!("the model provider failed: {err}"), "type": "server_error", "code": "server_error" } });
                     relay.finished = true;
+                    // What was generated before the failure is charged.
+                    let (prompt, said) = (relay.meter.prompt_tokens, count_tokens(&relay.said));
+                    relay.meter.settle(prompt, said).await;
                     let tail = format!("data: {event}\n\ndata: [DONE]\n\n");
                     return Some((Ok(Bytes::from(tail)), Some(relay)));
                 }
                 None => {
                     relay.finished = true;
-                    let (prompt, completion) = relay.usage.unwrap_or_else(|| {
-                        (
-                            count_prompt_tokens(&relay.params.messages),
-                            count_tokens(&relay.said),
-                        )
-                    });
+                    let (prompt, completion) = relay
+                        .usage
+                        .unwrap_or_else(|| (relay.meter.prompt_tokens, count_tokens(&relay.said)));
+                    let settled = relay.meter.settle(prompt, completion).await;
                     let mut tail = String::new();
                     if relay.params.include_usage {
-                        let spent = usage(prompt, completion, &relay.model);
+                        let spent = usage(prompt, completion, settled.as_ref());
                         tail.push_str(&format!("data: {}\n\n", relay.frames.usage_chunk(spent)));
                     }
                     tail.push_str("data: [DONE]\n\n");

@@ -3,12 +3,14 @@
 use actix_web::{HttpResponse, post, web};
 use base64::Engine;
 use serde_json::json;
+use unigen_shared::billing::{Charge, Estimate};
 use unigen_shared::chat::{EmbeddingRequest, count_tokens};
 use unigen_shared::domain::ModelCategory;
 use unigen_shared::providers::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
+use crate::metering::{ConcurrencySlot, SyncReservation};
 use crate::routes::params::json_body;
 use crate::state::AppState;
 
@@ -26,7 +28,7 @@ use crate::state::AppState;
 #[post("/embeddings")]
 pub async fn create_embeddings(
     state: web::Data<AppState>,
-    _caller: Caller,
+    caller: Caller,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let request: EmbeddingRequest = json_body(&body)?;
@@ -35,12 +37,20 @@ pub async fn create_embeddings(
         .resolve(request.model.as_deref(), ModelCategory::Embedding)?;
     let (inputs, dimensions, as_base64) = request.validate()?;
     let dimensions = dimensions.unwrap_or(DEFAULT_EMBEDDING_DIMENSIONS);
-    state
-        .local
-        .simulate_conditions()
-        .await
-        .map_err(|e| ApiError::GenerationFailed(e.to_string()))?;
+    let _slot = ConcurrencySlot::acquire(&state, &caller).await?;
+    // Embeddings cost credits per 1,000 input tokens; they use no bucket.
     let tokens: u32 = inputs.iter().map(|text| count_tokens(text)).sum();
+    let credits = (i64::from(tokens) * model.credits_per_unit + 999) / 1000;
+    let estimate = Estimate {
+        credits,
+        bucket: None,
+    };
+    let reservation =
+        SyncReservation::reserve(&state, &caller, "/v1/embeddings", &model.id, &estimate).await?;
+    if let Err(err) = state.local.simulate_conditions().await {
+        reservation.release(&state.pool).await;
+        return Err(ApiError::GenerationFailed(err.to_string()));
+    }
     let data: Vec<_> = inputs
         .iter()
         .enumerate()
@@ -55,10 +65,27 @@ pub async fn create_embeddings(
             json!({ "object": "embedding", "index": index, "embedding": embedding })
         })
         .collect();
+    let charge = Charge {
+        credits,
+        bucket_milli: 0,
+    };
+    let tokens_used = (i64::from(tokens), 0);
+    let settled = reservation
+        .settle(&state.pool, &charge, 1.0, tokens_used, Vec::new())
+        .await?;
+    let credits_used = settled.as_ref().map_or(0, |s| s.credits);
+    if let Some(settled) = settled {
+        caller.charges.record(settled.credits, settled.account);
+    }
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",
         "data": data,
         "model": model.id,
-        "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
+        "usage": {
+            "prompt_tokens": tokens,
+            "total_tokens": tokens,
+            "credits_used": credits_used,
+            "credits_breakdown": { "tokens": credits_used },
+        },
     })))
 }

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::metering::{ConcurrencySlot, record_job_charge};
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, JobView};
 use crate::wait;
@@ -145,6 +146,8 @@ pub async fn run(
     caller: &Caller,
     generation: Generation<'_>,
 ) -> Result<Outcome, ApiError> {
+    // Held while this request submits and, if sync, waits.
+    let _slot = ConcurrencySlot::acquire(state, caller).await?;
     let estimate = estimate(&generation);
     let job = state
         .submitter
@@ -163,7 +166,10 @@ pub async fn run(
     }
     let job = wait::until_finished(state, caller.org_id, job.id, state.limits.sync_wait).await?;
     match job.status.parse::<JobStatus>() {
-        Ok(JobStatus::Completed) => Ok(Outcome::Completed(job)),
+        Ok(JobStatus::Completed) => {
+            record_job_charge(state, caller, job.actual_credits.unwrap_or(0)).await;
+            Ok(Outcome::Completed(job))
+        }
         Ok(JobStatus::Failed) => Err(ApiError::GenerationFailed(format!(
             "{} failed: {}",
             generation.what,

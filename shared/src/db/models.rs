@@ -90,6 +90,8 @@ pub struct KeyAuthRow {
     pub revoked_at: Option<DateTime<Utc>>,
     pub org_status: String,
     pub plan_code: String,
+    pub rate_limit_per_minute: i32,
+    pub concurrent_requests: i32,
 }
 
 #[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::db::DbError;
 use crate::db::models::{ApiKey, KeyAuthRow, NewApiKey};
-use crate::db::schema::{api_keys, organizations};
+use crate::db::schema::{api_keys, organizations, plans};
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result<ApiKey, DbError> {
     Ok(diesel::insert_into(api_keys::table)
@@ -24,7 +24,7 @@ pub async fn find_for_auth(
     hash: &[u8; 32],
 ) -> Result<Option<KeyAuthRow>, DbError> {
     Ok(api_keys::table
-        .inner_join(organizations::table)
+        .inner_join(organizations::table.inner_join(plans::table))
         .filter(api_keys::key_hash.eq(&hash[..]))
         .select((
             api_keys::id,
@@ -34,6 +34,8 @@ pub async fn find_for_auth(
             api_keys::revoked_at,
             organizations::status,
             organizations::plan_code,
+            plans::rate_limit_per_minute,
+            plans::concurrent_requests,
         ))
         .first(conn)
         .await

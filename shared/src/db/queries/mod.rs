@@ -4,4 +4,5 @@ pub mod billing;
 pub mod events;
 pub mod jobs;
 pub mod keys;
+pub mod limits;
 pub mod orgs;

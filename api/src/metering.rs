@@ -1,0 +1,243 @@
+//! Metering at the HTTP edge: concurrency slots for consuming requests,
+//! reservations of sync calls (chat, embeddings), and the `X-Credits-*` /
+//! `X-Overage-*` response headers.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::HttpMessage;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use chrono::Utc;
+use unigen_shared::billing::{AccountSnapshot, Charge, Estimate, Settled};
+use unigen_shared::db::models::UsageRecord;
+use unigen_shared::db::{DbError, PgPool, queries};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// How long a sync request may hold its reservation and its concurrency
+/// slot before they count as abandoned (a crashed API process).
+const SYNC_LEASE: Duration = Duration::from_secs(15 * 60);
+
+/// What the response's credit headers report, filled by the handler.
+#[derive(Debug, Clone, Default)]
+pub struct ChargeSlot(Arc<Mutex<Option<(i64, AccountSnapshot)>>>);
+
+impl ChargeSlot {
+    pub fn record(&self, credits_used: i64, snapshot: AccountSnapshot) {
+        *self.0.lock().expect("charge slot poisoned") = Some((credits_used, snapshot));
+    }
+
+    fn take(&self) -> Option<(i64, AccountSnapshot)> {
+        self.0.lock().expect("charge slot poisoned").take()
+    }
+}
+
+/// Reads the account's balances for the headers of a job-backed response
+/// (the worker settled it; the API only reports).
+pub async fn record_job_charge(state: &AppState, caller: &Caller, credits_used: i64) {
+    let snapshot = async {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        let plan = queries::billing::plan_of_org(&mut conn, caller.org_id).await?;
+        let account = queries::billing::find_account(&mut conn, caller.org_id).await?;
+        Ok::<_, DbError>(account.map(|a| queries::billing::snapshot(&a, &plan)))
+    }
+    .await;
+    match snapshot {
+        Ok(Some(snapshot)) => caller.charges.record(credits_used, snapshot),
+        Ok(None) => {}
+        Err(err) => tracing::warn!(error = %err, "reading balances for credit headers failed"),
+    }
+}
+
+/// Middleware: adds the credit headers a handler recorded. `X-Credits-Used`
+/// and `X-Credits-Remaining` on every charged response; the `X-Overage-*`
+/// set while the period is in overage.
+pub async fn credit_headers(
+    req: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let slot = ChargeSlot::default();
+    req.extensions_mut().insert(slot.clone());
+    let mut response = next.call(req).await?;
+    if let Some((used, snapshot)) = slot.take() {
+        let headers = response.headers_mut();
+        let mut set = |name: &'static str, value: String| {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        };
+        set("x-credits-used", used.to_string());
+        set(
+            "x-credits-remaining",
+            snapshot.credits_remaining.to_string(),
+        );
+        if snapshot.overage_active() {
+            let rate = snapshot.overage_rate_micros.unwrap_or(0);
+            set("x-overage-active", "true".to_owned());
+            set("x-overage-credits", snapshot.overage_credits.to_string());
+            set(
+                "x-overage-cost",
+                format!("{:.2}", snapshot.overage_cost_usd()),
+            );
+            set(
+                "x-overage-rate",
+                format!("{}", unigen_shared::billing::usd(rate)),
+            );
+        }
+    }
+    Ok(response)
+}
+
+/// One of the organization's `concurrent_requests` slots, held for the
+/// duration of a consuming request and freed when dropped.
+pub struct ConcurrencySlot {
+    pool: PgPool,
+    org_id: Uuid,
+    slot: i32,
+    holder: Uuid,
+}
+
+impl ConcurrencySlot {
+    pub async fn acquire(state: &AppState, caller: &Caller) -> Result<Self, ApiError> {
+        let holder = Uuid::now_v7();
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        let slot = queries::limits::acquire_slot(
+            &mut conn,
+            caller.org_id,
+            caller.concurrent_requests,
+            holder,
+            SYNC_LEASE,
+        )
+        .await?
+        .ok_or(ApiError::RateLimited {
+            message: "Too many concurrent requests for this plan",
+            retry_after_seconds: 1,
+        })?;
+        Ok(Self {
+            pool: state.pool.clone(),
+            org_id: caller.org_id,
+            slot,
+            holder,
+        })
+    }
+}
+
+impl Drop for ConcurrencySlot {
+    fn drop(&mut self) {
+        let (pool, org_id, slot, holder) = (self.pool.clone(), self.org_id, self.slot, self.holder);
+        // Freed in the background: the response is not held for it, and a
+        // failure only leaves the slot to expire.
+        tokio::spawn(async move {
+            let result = async {
+                let mut conn = pool.get().await.map_err(DbError::from)?;
+                queries::limits::release_slot(&mut conn, org_id, slot, holder).await
+            }
+            .await;
+            if let Err(err) = result {
+                tracing::warn!(error = %err, "releasing a concurrency slot failed; it expires");
+            }
+        });
+    }
+}
+
+/// A sync request's reservation: settled with what it actually used, or
+/// released when the request fails. An abandoned one expires (scheduler).
+pub struct SyncReservation {
+    pub id: Uuid,
+    org_id: Uuid,
+    key_id: Uuid,
+    endpoint: &'static str,
+    model: String,
+    started: Instant,
+}
+
+impl SyncReservation {
+    pub async fn reserve(
+        state: &AppState,
+        caller: &Caller,
+        endpoint: &'static str,
+        model: &str,
+        estimate: &Estimate,
+    ) -> Result<Self, ApiError> {
+        let id = Uuid::now_v7();
+        let expires_at = Utc::now() + SYNC_LEASE;
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        let conn: &mut unigen_shared::db::PgConnection = &mut conn;
+        use diesel_async::AsyncConnection;
+        conn.transaction::<_, DbError, _>(async |conn| {
+            queries::billing::reserve(conn, caller.org_id, id, estimate, Some(expires_at)).await
+        })
+        .await??;
+        Ok(Self {
+            id,
+            org_id: caller.org_id,
+            key_id: caller.key_id,
+            endpoint,
+            model: model.to_owned(),
+            started: Instant::now(),
+        })
+    }
+
+    fn record(&self, status: &str, tokens: (i64, i64), tools_used: Vec<String>) -> UsageRecord {
+        UsageRecord {
+            id: self.id,
+            org_id: self.org_id,
+            api_key_id: Some(self.key_id),
+            endpoint: self.endpoint.to_owned(),
+            method: "POST".to_owned(),
+            model: self.model.clone(),
+            credits: 0,
+            latency_ms: self.started.elapsed().as_millis() as i64,
+            status: status.to_owned(),
+            tools_used,
+            prompt_tokens: tokens.0,
+            completion_tokens: tokens.1,
+            total_tokens: tokens.0 + tokens.1,
+            created_at: Utc::now(),
+        }
+    }
+
+    /// Charges what the request used. `None`: the reservation had expired
+    /// and was released meanwhile (nothing is charged twice).
+    pub async fn settle(
+        self,
+        pool: &PgPool,
+        charge: &Charge,
+        multiplier: f64,
+        tokens: (i64, i64),
+        tools_used: Vec<String>,
+    ) -> Result<Option<Settled>, DbError> {
+        let record = self.record("success", tokens, tools_used);
+        let mut conn = pool.get().await?;
+        let conn: &mut unigen_shared::db::PgConnection = &mut conn;
+        use diesel_async::AsyncConnection;
+        conn.transaction::<_, DbError, _>(async |conn| {
+            queries::billing::settle(conn, self.id, charge, multiplier, &record).await
+        })
+        .await
+    }
+
+    /// Gives everything back (the request failed).
+    pub async fn release(self, pool: &PgPool) {
+        let record = self.record("failed", (0, 0), Vec::new());
+        let result = async {
+            let mut conn = pool.get().await?;
+            let conn: &mut unigen_shared::db::PgConnection = &mut conn;
+            use diesel_async::AsyncConnection;
+            conn.transaction::<_, DbError, _>(async |conn| {
+                queries::billing::release(conn, self.id, Some(record)).await
+            })
+            .await
+        }
+        .await;
+        if let Err(err) = result {
+            tracing::warn!(error = %err, reservation = %self.id, "releasing a reservation failed; it expires");
+        }
+    }
+}
