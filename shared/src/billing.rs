@@ -183,14 +183,11 @@ pub fn usage_object(settled: &Settled) -> Value {
             Bucket::ChatTokens => ("tokens_used", "tokens_remaining", true),
             Bucket::AgentRuns => ("runs_used", "runs_remaining", true),
         };
-        let number = |v: f64| {
-            if whole {
-                json!(v.ceil() as i64)
-            } else {
-                json!(v)
-            }
+        usage[used_key] = if whole {
+            json!(used.ceil() as i64)
+        } else {
+            json!(used)
         };
-        usage[used_key] = number(used);
         // Whole-unit counters round what is left down: a fraction is not usable.
         usage[remaining_key] = match remaining {
             Some(v) if whole => json!(v.floor() as i64),
