@@ -7,9 +7,10 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use unigen_shared::config::Settings;
-use unigen_shared::db::models::{NewApiKey, NewOrganization};
+use unigen_shared::db::models::{BillingAccount, NewApiKey, NewOrganization};
 use unigen_shared::db::{self, queries};
 use unigen_shared::domain::{ApiKeyMaterial, Scope};
+use unigen_shared::events;
 use uuid::Uuid;
 
 #[derive(Parser)]
@@ -52,6 +53,29 @@ enum AdminCommand {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// Credits: purchases and balances.
+    Credits {
+        #[command(subcommand)]
+        command: CreditsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CreditsCommand {
+    /// Add purchased credits (a `purchase` transaction); they never expire.
+    Add {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        credits: i64,
+        #[arg(long, default_value = "Credit top-up")]
+        note: String,
+    },
+    /// An organization's balances, and the ledger's sum (they must agree).
+    Balance {
+        #[arg(long)]
+        org: Uuid,
+    },
 }
 
 #[derive(Subcommand)]
@@ -68,6 +92,13 @@ enum OrgCommand {
     },
     /// List organizations.
     List,
+    /// Assign a plan (limits apply at once; included credits are adjusted).
+    Plan {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        plan: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -144,16 +175,21 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
                 let plans = queries::orgs::plan_codes(&mut conn).await?;
                 bail!("unknown plan `{plan}`; plans: {}", plans.join(", "));
             }
-            let org = queries::orgs::create(
-                &mut conn,
-                &NewOrganization {
-                    id: Uuid::now_v7(),
-                    name: &name,
-                    email: email.as_deref(),
-                    plan_code: &plan,
-                },
-            )
-            .await?;
+            let new = NewOrganization {
+                id: Uuid::now_v7(),
+                name: &name,
+                email: email.as_deref(),
+                plan_code: &plan,
+            };
+            let org = conn
+                .transaction::<_, db::DbError, _>(async |conn| {
+                    let org = queries::orgs::create(conn, &new).await?;
+                    let plan = queries::billing::plan_of_org(conn, org.id).await?;
+                    let event = events::subscription(org.id, &plan, events::SUBSCRIPTION_CREATED);
+                    queries::events::insert(conn, &event).await?;
+                    Ok(org)
+                })
+                .await?;
             json!({ "id": org.id, "name": org.name, "email": org.email, "plan": org.plan_code, "created_at": org.created_at })
         }
         AdminCommand::Org {
@@ -161,6 +197,60 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
         } => {
             let orgs = queries::orgs::list(&mut conn).await?;
             json!(orgs.iter().map(|o| json!({ "id": o.id, "name": o.name, "plan": o.plan_code, "status": o.status })).collect::<Vec<_>>())
+        }
+        AdminCommand::Org {
+            command: OrgCommand::Plan { org, plan },
+        } => {
+            if queries::orgs::find_plan(&mut conn, &plan).await?.is_none() {
+                let plans = queries::orgs::plan_codes(&mut conn).await?;
+                bail!("unknown plan `{plan}`; plans: {}", plans.join(", "));
+            }
+            if queries::orgs::find(&mut conn, org).await?.is_none() {
+                bail!("no organization with id {org}");
+            }
+            let account = conn
+                .transaction::<_, db::DbError, _>(async |conn| {
+                    queries::billing::change_plan(conn, org, &plan).await
+                })
+                .await?;
+            json!({ "org": org, "plan": plan, "included_credits": account.included_credits,
+                    "included_remaining": account.included_remaining })
+        }
+        AdminCommand::Credits {
+            command: CreditsCommand::Add { org, credits, note },
+        } => {
+            if credits <= 0 {
+                bail!("--credits must be positive");
+            }
+            if queries::orgs::find(&mut conn, org).await?.is_none() {
+                bail!("no organization with id {org}");
+            }
+            let account = conn
+                .transaction::<_, db::DbError, _>(async |conn| {
+                    queries::billing::purchase(conn, org, credits, &note).await
+                })
+                .await?;
+            balance_json(
+                &account,
+                queries::billing::ledger_sum(&mut conn, org).await?,
+            )
+        }
+        AdminCommand::Credits {
+            command: CreditsCommand::Balance { org },
+        } => {
+            if queries::orgs::find(&mut conn, org).await?.is_none() {
+                bail!("no organization with id {org}");
+            }
+            let account = conn
+                .transaction::<_, db::DbError, _>(async |conn| {
+                    queries::billing::lock_account(conn, org).await
+                })
+                .await?
+                .0;
+            balance_json(
+                &account,
+                queries::billing::ledger_sum(&mut conn, org).await?,
+            )
         }
         AdminCommand::Key {
             command:
@@ -213,6 +303,20 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     };
     println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(())
+}
+
+fn balance_json(account: &BillingAccount, ledger_sum: i64) -> serde_json::Value {
+    json!({
+        "org": account.org_id,
+        "period": { "start": account.period_start, "end": account.period_end },
+        "included_credits": account.included_credits,
+        "included_remaining": account.included_remaining,
+        "purchased": account.purchased_balance,
+        "reserved": account.reserved_credits,
+        "overage_credits": account.overage_credits,
+        "balance": account.balance(),
+        "ledger_sum": ledger_sum,
+    })
 }
 
 /// RFC 3339, or a date meaning midnight UTC; must lie in the future.

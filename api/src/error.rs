@@ -17,6 +17,9 @@ pub enum ApiError {
     MissingScope(&'static str),
     #[error("organization is suspended")]
     OrgSuspended,
+    /// The caller's plan does not include the feature (403).
+    #[error("{0}")]
+    PlanForbids(String),
     #[error("{0}")]
     Validation(#[from] ValidationError),
     #[error("{0}")]
@@ -58,7 +61,7 @@ impl ApiError {
                 "authentication_error",
                 "unauthorized",
             ),
-            ApiError::MissingScope(_) | ApiError::OrgSuspended => {
+            ApiError::MissingScope(_) | ApiError::OrgSuspended | ApiError::PlanForbids(_) => {
                 (StatusCode::FORBIDDEN, "permission_error", "forbidden")
             }
             ApiError::Validation(_) | ApiError::BadRequest(_) => (

@@ -1,5 +1,5 @@
-//! unigen's scheduler: the outbox relay and lease rescue (later: webhook
-//! delivery, deadlines, retention, period rollover). Every task is safe to
+//! unigen's scheduler: the outbox relay, lease rescue and billing periods
+//! (later: webhook delivery, deadlines, retention). Every task is safe to
 //! run in several scheduler processes at once.
 
 mod runner;
@@ -44,6 +44,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             notifier,
             settings.jobs.max_attempts,
         )),
+        Box::new(tasks::billing::Billing::new(pool.clone())),
     ];
     tracing::info!(
         tasks = tasks.len(),

@@ -5,12 +5,14 @@ use chrono::Utc;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::db::models::{Event, Job};
+use crate::db::models::{Event, Job, Plan};
 use crate::storage::{UrlSigner, present_files};
 
 pub const GENERATION_STARTED: &str = "generation.started";
 pub const GENERATION_COMPLETED: &str = "generation.completed";
 pub const GENERATION_FAILED: &str = "generation.failed";
+pub const SUBSCRIPTION_CREATED: &str = "subscription.created";
+pub const SUBSCRIPTION_UPDATED: &str = "subscription.updated";
 pub const CREDITS_LOW: &str = "credits.low";
 pub const CREDITS_DEPLETED: &str = "credits.depleted";
 /// Not in the spec's table: the overage soft limit "only notifies", and
@@ -73,6 +75,21 @@ pub fn generation_failed(
         org_id,
         GENERATION_FAILED,
         json!({ "jobId": job_id, "tool": tool, "model": model, "errorMessage": message }),
+    )
+}
+
+/// `subscription.created` / `subscription.updated`: `subscriptionId` (the
+/// organization: one subscription each), `planCode`, `planName`, `status`.
+pub fn subscription(org_id: Uuid, plan: &Plan, kind: &str) -> Event {
+    event(
+        org_id,
+        kind,
+        json!({
+            "subscriptionId": org_id,
+            "planCode": plan.code,
+            "planName": plan.name,
+            "status": "active",
+        }),
     )
 }
 

@@ -1,5 +1,6 @@
 //! Route table: `/api/v1/...` (documented in OpenAPI), files, health, docs.
 
+mod billing;
 mod chat;
 mod edits;
 mod embeddings;
@@ -33,7 +34,12 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(embeddings::create_embeddings)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
-        .service(jobs::cancel_job);
+        .service(jobs::cancel_job)
+        .service(billing::get_credits)
+        .service(billing::get_quota)
+        .service(billing::get_overage_status)
+        .service(billing::configure_overage)
+        .service(billing::get_account);
 }
 
 /// Routes outside the versioned API.

@@ -1,2 +1,3 @@
+pub mod billing;
 pub mod lease_rescue;
 pub mod relay;

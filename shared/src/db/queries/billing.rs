@@ -743,3 +743,48 @@ pub async fn ledger_sum(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<i6
     .await?;
     Ok(row.sum)
 }
+
+/// Moves the organization to `plan_code`. Bucket limits follow at once; the
+/// period's included credits become the new plan's allowance minus what the
+/// period already used (an `allocation` of the difference, which may be
+/// negative on a downgrade). Records `subscription.updated`.
+pub async fn change_plan(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    plan_code: &str,
+) -> Result<BillingAccount, DbError> {
+    let (account, _) = lock_account(conn, org_id).await?;
+    diesel::update(organizations::table.find(org_id))
+        .set(organizations::plan_code.eq(plan_code))
+        .execute(conn)
+        .await?;
+    let plan = plan_of_org(conn, org_id).await?;
+    let used = account.included_credits - account.included_remaining;
+    let remaining = (plan.included_credits - used).max(0);
+    let updated: BillingAccount = diesel::update(billing_accounts::table.find(org_id))
+        .set((
+            billing_accounts::included_credits.eq(plan.included_credits),
+            billing_accounts::included_remaining.eq(remaining),
+            // Overage only where the new plan has it.
+            billing_accounts::overage_enabled
+                .eq(account.overage_enabled && plan.overage_rate_micros.is_some()),
+        ))
+        .returning(BillingAccount::as_returning())
+        .get_result(conn)
+        .await?;
+    insert_transaction(
+        conn,
+        &updated,
+        "allocation",
+        updated.balance() - account.balance(),
+        &format!("Plan changed to {}", plan.name),
+        json!({ "plan": plan.code, "period": period_label(updated.period_start) }),
+    )
+    .await?;
+    queries::events::insert(
+        conn,
+        &events::subscription(org_id, &plan, events::SUBSCRIPTION_UPDATED),
+    )
+    .await?;
+    Ok(updated)
+}

@@ -1,0 +1,495 @@
+//! The account owner's view of metering: `GET /credits`, `GET /quota`,
+//! `GET /overage/status`, `POST /overage/configure`, `GET /account`. All
+//! answer the spec's envelope `{success, data, meta}` and need scope `usage`.
+
+use std::collections::HashMap;
+
+use actix_web::{HttpResponse, get, post, web};
+use chrono::{DateTime, NaiveDate, Utc};
+use diesel_async::AsyncConnection;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use unigen_shared::billing::{Bucket, CREDITS, from_milli, usd};
+use unigen_shared::db::models::{BillingAccount, CreditTransaction, Plan};
+use unigen_shared::db::queries::billing::{OverageSettings, TransactionFilter};
+use unigen_shared::db::{DbError, PgConnection, queries};
+use unigen_shared::domain::{ModelCategory, ModelTier, Scope};
+use unigen_shared::jobs::ValidationError;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::json_body;
+use crate::state::AppState;
+
+const TRANSACTION_KINDS: [&str; 4] = ["allocation", "consumption", "purchase", "overage"];
+const MAX_PAGE: i64 = 1000;
+
+fn envelope(data: Value, meta: Value) -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "success": true, "data": data, "meta": meta }))
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::Validation(ValidationError::new(field, message))
+}
+
+/// ISO 8601 date (`2026-11-01`, midnight UTC) or date-time with offset.
+fn parse_instant(field: &'static str, raw: &str) -> Result<DateTime<Utc>, ApiError> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(raw) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+        .map(|date| {
+            date.and_hms_opt(0, 0, 0)
+                .expect("midnight exists")
+                .and_utc()
+        })
+        .map_err(|_| {
+            invalid(
+                field,
+                format!("{field} must be an ISO 8601 date or date-time, got `{raw}`"),
+            )
+        })
+}
+
+fn parse_count(
+    query: &HashMap<String, String>,
+    field: &'static str,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
+    let Some(raw) = query.get(field) else {
+        return Ok(default);
+    };
+    raw.parse::<i64>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| {
+            invalid(
+                field,
+                format!("{field} must be an integer between {min} and {max}"),
+            )
+        })
+}
+
+/// The account (created with its first allocation if this is the first
+/// look) and the plan, read in one short transaction.
+async fn account_and_plan(
+    state: &AppState,
+    caller: &Caller,
+) -> Result<(BillingAccount, Plan), ApiError> {
+    let mut pooled = state.pool.get().await.map_err(DbError::from)?;
+    let conn: &mut PgConnection = &mut pooled;
+    Ok(conn
+        .transaction::<_, DbError, _>(async |conn| {
+            queries::billing::lock_account(conn, caller.org_id).await
+        })
+        .await?)
+}
+
+fn period_json(account: &BillingAccount) -> Value {
+    json!({ "start": account.period_start, "end": account.period_end })
+}
+
+fn balance_json(account: &BillingAccount, plan: &Plan) -> Value {
+    let rate = plan.overage_rate_micros.unwrap_or(0);
+    json!({
+        "total_available": (account.included_remaining + account.purchased_balance - account.reserved_credits).max(0),
+        "included_remaining": account.included_remaining,
+        "purchased": account.purchased_balance,
+        "reserved": account.reserved_credits,
+        "overage_used": account.overage_credits,
+        "overage_cost": usd(account.overage_credits * rate),
+    })
+}
+
+fn transaction_json(row: &CreditTransaction) -> Value {
+    json!({
+        "id": row.id,
+        "type": row.kind,
+        "amount": row.amount,
+        "balance_after": row.balance_after,
+        "created_at": row.created_at,
+        "description": row.description,
+        "metadata": row.metadata,
+    })
+}
+
+/// Credit balance, the current period, and the ledger (newest first).
+#[utoipa::path(
+    tag = "billing",
+    params(
+        ("type" = Option<String>, Query, description = "allocation, consumption, purchase or overage"),
+        ("start_date" = Option<String>, Query, description = "ISO 8601 date or date-time (inclusive)"),
+        ("end_date" = Option<String>, Query, description = "ISO 8601 date or date-time (exclusive)"),
+        ("limit" = Option<i64>, Query, description = "1 to 1000, default 50"),
+        ("offset" = Option<i64>, Query, description = "default 0"),
+    ),
+    responses(
+        (status = 200, description = "`{success, data: {balance, current_period, transactions[]}, meta: {pagination}}`", body = Object),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+    ),
+    security(("bearer" = ["usage"]))
+)]
+#[get("/credits")]
+pub async fn get_credits(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Usage)?;
+    let kind = match query.get("type") {
+        Some(kind) if TRANSACTION_KINDS.contains(&kind.as_str()) => Some(kind.clone()),
+        Some(other) => {
+            return Err(invalid(
+                "type",
+                format!(
+                    "type must be one of {}, got `{other}`",
+                    TRANSACTION_KINDS.join(", ")
+                ),
+            ));
+        }
+        None => None,
+    };
+    let start = query
+        .get("start_date")
+        .map(|raw| parse_instant("start_date", raw))
+        .transpose()?;
+    let end = query
+        .get("end_date")
+        .map(|raw| parse_instant("end_date", raw))
+        .transpose()?;
+    let filter = TransactionFilter {
+        kind,
+        start,
+        end,
+        limit: parse_count(&query, "limit", 50, 1, MAX_PAGE)?,
+        offset: parse_count(&query, "offset", 0, 0, i64::MAX)?,
+    };
+    let (account, plan) = account_and_plan(&state, &caller).await?;
+    let (rows, total) = {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::billing::list_transactions(&mut conn, caller.org_id, &filter).await?
+    };
+    let data = json!({
+        "balance": balance_json(&account, &plan),
+        "current_period": {
+            "start": account.period_start,
+            "end": account.period_end,
+            "included_credits": account.included_credits,
+            "credits_used": account.included_credits - account.included_remaining,
+            "overage_active": account.overage_credits > 0,
+        },
+        "transactions": rows.iter().map(transaction_json).collect::<Vec<_>>(),
+    });
+    let meta = json!({ "pagination": {
+        "limit": filter.limit,
+        "offset": filter.offset,
+        "total": total,
+        "has_more": filter.offset + (rows.len() as i64) < total,
+    }});
+    Ok(envelope(data, meta))
+}
+
+/// Every quota bucket of the current period: limit, used, reserved (held by
+/// requests in flight), remaining, and the tier multipliers that apply.
+#[utoipa::path(
+    tag = "billing",
+    responses(
+        (status = 200, description = "`{success, data: {period, credits, buckets[]}}`", body = Object),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+    ),
+    security(("bearer" = ["usage"]))
+)]
+#[get("/quota")]
+pub async fn get_quota(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Usage)?;
+    let (account, plan) = account_and_plan(&state, &caller).await?;
+    let rows = {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::billing::quota_rows(&mut conn, caller.org_id, account.period_start).await?
+    };
+    let buckets: Vec<Value> = Bucket::ALL
+        .iter()
+        .map(|&bucket| {
+            let row = rows.iter().find(|r| r.bucket == bucket.as_str());
+            let used = row.map_or(0, |r| r.used_milli);
+            let reserved = row.map_or(0, |r| r.reserved_milli);
+            let limit = bucket.limit(&plan);
+            let tiers: serde_json::Map<String, Value> = ModelTier::ALL
+                .iter()
+                .map(|&tier| (tier.as_str().to_owned(), json!(bucket.multiplier(tier))))
+                .collect();
+            json!({
+                "bucket": bucket.as_str(),
+                "limit": limit,
+                "used": from_milli(used),
+                "reserved": from_milli(reserved),
+                "remaining": limit.map(|l| from_milli((l * 1000 - used - reserved).max(0))),
+                "unlimited": limit.is_none(),
+                "available": limit != Some(0),
+                "multipliers": tiers,
+            })
+        })
+        .collect();
+    let data = json!({
+        "plan": plan.code,
+        "period": period_json(&account),
+        "credits": {
+            "bucket": CREDITS,
+            "limit": account.included_credits,
+            "used": account.included_credits - account.included_remaining,
+            "remaining": account.included_remaining,
+            "purchased": account.purchased_balance,
+            "reserved": account.reserved_credits,
+        },
+        "buckets": buckets,
+    });
+    Ok(envelope(data, json!({})))
+}
+
+fn overage_status_json(account: &BillingAccount, plan: &Plan) -> Value {
+    let rate = plan.overage_rate_micros.unwrap_or(0);
+    json!({
+        "enabled": account.overage_enabled,
+        "available": plan.overage_rate_micros.is_some(),
+        "rate_per_credit": usd(rate),
+        "current_usage": {
+            "credits": account.overage_credits,
+            "cost": usd(account.overage_credits * rate),
+            "billing_period": period_json(account),
+        },
+        "limits": {
+            "soft_limit": account.soft_limit,
+            "soft_limit_reached": account.soft_limit.is_some_and(|l| account.overage_credits >= l),
+            "hard_limit": account.hard_limit,
+            "hard_limit_reached": account.hard_limit.is_some_and(|l| account.overage_credits >= l),
+        },
+        "notifications": {
+            "email_alerts": account.notification_email.is_some(),
+            "email": account.notification_email,
+            "webhook_enabled": true,
+            "thresholds": account.notification_thresholds,
+            "last_notification": account.last_notification_at,
+        },
+    })
+}
+
+/// Pay-as-you-go overage: settings, this period's overage and the limits.
+#[utoipa::path(
+    tag = "billing",
+    responses(
+        (status = 200, description = "`{success, data: {enabled, rate_per_credit, current_usage, limits, notifications}}`", body = Object),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+    ),
+    security(("bearer" = ["usage"]))
+)]
+#[get("/overage/status")]
+pub async fn get_overage_status(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Usage)?;
+    let (account, plan) = account_and_plan(&state, &caller).await?;
+    Ok(envelope(overage_status_json(&account, &plan), json!({})))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OverageConfigureRequest {
+    pub enabled: Option<bool>,
+    /// Overage credits per period at which a notification is sent.
+    pub soft_limit: Option<i64>,
+    /// Overage credits per period at which consuming requests get 402.
+    pub hard_limit: Option<i64>,
+    pub notification_email: Option<String>,
+}
+
+impl OverageConfigureRequest {
+    fn validate(self) -> Result<OverageSettings, ApiError> {
+        let enabled = self
+            .enabled
+            .ok_or_else(|| invalid("enabled", "enabled is required (true or false)"))?;
+        if self.soft_limit.is_some_and(|l| l <= 0) {
+            return Err(invalid(
+                "soft_limit",
+                "soft_limit must be a positive integer",
+            ));
+        }
+        if self.hard_limit.is_some_and(|l| l <= 0) {
+            return Err(invalid(
+                "hard_limit",
+                "hard_limit must be a positive integer",
+            ));
+        }
+        if let (Some(soft), Some(hard)) = (self.soft_limit, self.hard_limit)
+            && soft > hard
+        {
+            return Err(invalid(
+                "soft_limit",
+                "soft_limit must not be above hard_limit",
+            ));
+        }
+        let email = match self.notification_email.map(|e| e.trim().to_owned()) {
+            Some(email) if email.is_empty() => None,
+            Some(email) => {
+                let valid = email.len() <= 254
+                    && email.split_once('@').is_some_and(|(local, domain)| {
+                        !local.is_empty() && domain.contains('.') && !domain.starts_with('.')
+                    })
+                    && !email.contains(char::is_whitespace);
+                if !valid {
+                    return Err(invalid(
+                        "notification_email",
+                        "notification_email must be an email address",
+                    ));
+                }
+                Some(email)
+            }
+            None => None,
+        };
+        Ok(OverageSettings {
+            enabled,
+            soft_limit: self.soft_limit,
+            hard_limit: self.hard_limit,
+            notification_email: email,
+        })
+    }
+}
+
+/// Turns overage on or off and sets its limits; answers the new status.
+#[utoipa::path(
+    tag = "billing",
+    request_body = OverageConfigureRequest,
+    responses(
+        (status = 200, description = "The overage status after the change", body = Object),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "No overage on the plan, or scope missing", body = ErrorBody),
+    ),
+    security(("bearer" = ["usage"]))
+)]
+#[post("/overage/configure")]
+pub async fn configure_overage(
+    state: web::Data<AppState>,
+    caller: Caller,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Usage)?;
+    let settings = json_body::<OverageConfigureRequest>(&body)?.validate()?;
+    let mut pooled = state.pool.get().await.map_err(DbError::from)?;
+    let conn: &mut PgConnection = &mut pooled;
+    let plan = queries::billing::plan_of_org(conn, caller.org_id).await?;
+    if settings.enabled && plan.overage_rate_micros.is_none() {
+        return Err(ApiError::PlanForbids(format!(
+            "overage is not available on the {} plan",
+            plan.name
+        )));
+    }
+    let account = conn
+        .transaction::<_, DbError, _>(async |conn| {
+            queries::billing::configure_overage(conn, caller.org_id, &settings).await
+        })
+        .await?;
+    Ok(envelope(overage_status_json(&account, &plan), json!({})))
+}
+
+/// The spec's account information: account, subscription with features,
+/// billing with overage settings.
+#[utoipa::path(
+    tag = "billing",
+    responses(
+        (status = 200, description = "`{success, data: {account, subscription, billing}}`", body = Object),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+    ),
+    security(("bearer" = ["usage"]))
+)]
+#[get("/account")]
+pub async fn get_account(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Usage)?;
+    let (account, plan) = account_and_plan(&state, &caller).await?;
+    let org = {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::orgs::find(&mut conn, caller.org_id)
+            .await?
+            .ok_or_else(|| ApiError::internal(anyhow::anyhow!("caller's org is gone")))?
+    };
+    let available = |bucket: Bucket| bucket.limit(&plan) != Some(0);
+    let available_models: Vec<&str> = state
+        .catalogue
+        .all()
+        .iter()
+        .filter(|m| match m.category {
+            ModelCategory::Video => available(Bucket::VideoSeconds),
+            ModelCategory::Music => available(Bucket::MusicTracks),
+            ModelCategory::Audio => available(Bucket::TtsChars) || available(Bucket::SttSeconds),
+            ModelCategory::Image => available(Bucket::ImageGenerations),
+            ModelCategory::Chat | ModelCategory::Embedding => available(Bucket::ChatTokens),
+        })
+        .map(|m| m.id.as_str())
+        .collect();
+    let features: Vec<&str> = [
+        ("chat:completions", available(Bucket::ChatTokens)),
+        ("embeddings", true),
+        ("images:generations", available(Bucket::ImageGenerations)),
+        ("images:edits", available(Bucket::ImageEdits)),
+        ("videos:generations", available(Bucket::VideoSeconds)),
+        ("audio:speech", available(Bucket::TtsChars)),
+        ("audio:transcriptions", available(Bucket::SttSeconds)),
+        ("music:generations", available(Bucket::MusicTracks)),
+        ("agents", available(Bucket::AgentRuns)),
+        ("webhooks", plan.max_webhooks > 0),
+        ("jobs", true),
+        ("usage", true),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    let data = json!({
+        "account": {
+            "id": org.id,
+            "name": org.name,
+            "email": org.email,
+            "created_at": org.created_at,
+            "status": org.status,
+        },
+        "subscription": {
+            "plan": plan.code,
+            "plan_name": plan.name,
+            "status": "active",
+            "current_period": period_json(&account),
+            "features": {
+                "included_credits": plan.included_credits,
+                "overage_enabled": account.overage_enabled,
+                "overage_rate": plan.overage_rate_micros.map(usd),
+                "rate_limit": plan.rate_limit_per_minute,
+                "concurrent_requests": plan.concurrent_requests,
+                "available_models": available_models,
+                "api_features": features,
+            },
+        },
+        "billing": {
+            "payment_method": Value::Null,
+            "next_billing_date": account.period_end,
+            "auto_renew": true,
+            "overage_settings": {
+                "enabled": account.overage_enabled,
+                "soft_limit": account.soft_limit,
+                "hard_limit": account.hard_limit,
+                "notification_thresholds": account.notification_thresholds,
+            },
+        },
+    });
+    Ok(envelope(data, json!({})))
+}
