@@ -157,8 +157,10 @@ pub fn usd(micros: i64) -> f64 {
 }
 
 /// The spec's usage object for a generation tool: credits, their parts, and
-/// the tool's bucket counters (`*_used` is what the bucket was charged, the
-/// tier multiplier applied; `*_remaining` what the period has left).
+/// the tool's bucket counters: `*_used` in the request's own units (images,
+/// characters, seconds, tracks), `quota_multiplier` the tier's factor (the
+/// bucket was charged used x multiplier), `*_remaining` what the period's
+/// bucket has left (whole-unit buckets round down).
 pub fn usage_object(settled: &Settled) -> Value {
     let mut usage = json!({
         "credits_used": settled.credits,
@@ -170,7 +172,7 @@ pub fn usage_object(settled: &Settled) -> Value {
         },
     });
     if let Some(report) = &settled.bucket {
-        let used = from_milli(report.used_milli);
+        let used = from_milli(report.used_milli) / report.multiplier;
         let remaining = report.remaining_milli.map(from_milli);
         let (used_key, remaining_key, whole) = match report.bucket {
             Bucket::ImageGenerations => ("generations_used", "generations_remaining", true),
@@ -184,9 +186,9 @@ pub fn usage_object(settled: &Settled) -> Value {
             Bucket::AgentRuns => ("runs_used", "runs_remaining", true),
         };
         usage[used_key] = if whole {
-            json!(used.ceil() as i64)
+            json!(used.round() as i64)
         } else {
-            json!(used)
+            json!((used * 1000.0).round() / 1000.0)
         };
         // Whole-unit counters round what is left down: a fraction is not usable.
         usage[remaining_key] = match remaining {
@@ -306,7 +308,7 @@ mod tests {
         let usage = usage_object(&settled);
         assert_eq!(usage["credits_used"], 12);
         assert_eq!(usage["credits_breakdown"]["purchased"], 2);
-        assert_eq!(usage["chars_used"], 125);
+        assert_eq!(usage["chars_used"], 100);
         assert_eq!(usage["chars_remaining"], 199_874);
         assert_eq!(usage["quota_multiplier"], 1.25);
     }

@@ -210,6 +210,32 @@ impl TestApp {
         format!("{}{path}", self.base_url)
     }
 
+    /// Starts another API process on the same database and broker (as a
+    /// second replica behind a load balancer would be); returns its base URL.
+    pub async fn spawn_extra_api(&mut self) -> String {
+        let api = unigen_api::spawn(self.settings.clone(), self.shutdown.clone())
+            .await
+            .expect("starting a second API");
+        let base_url = format!("http://{}", api.addr);
+        self.tasks.push(tokio::spawn(async move {
+            if let Ok(Err(err)) = api.task.await {
+                eprintln!("extra api stopped with an error: {err:#}");
+            }
+        }));
+        base_url
+    }
+
+    /// Runs one SQL statement on the test's database (arranging states the
+    /// API would take long to reach, such as a nearly used-up bucket).
+    pub async fn sql(&self, statement: &str) {
+        self.db
+            .client()
+            .await
+            .batch_execute(statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+
     pub async fn create_org(&self, name: &str, plan: &str) -> Uuid {
         let mut conn = self.db.connect().await;
         let new = NewOrganization {
