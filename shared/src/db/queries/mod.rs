@@ -5,3 +5,4 @@ pub mod events;
 pub mod jobs;
 pub mod keys;
 pub mod orgs;
+pub mod usage;
