@@ -14,6 +14,7 @@ mod music;
 pub mod params;
 mod speech;
 mod transcriptions;
+mod usage;
 mod videos;
 
 use utoipa_actix_web::service_config::ServiceConfig;
@@ -33,7 +34,8 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(embeddings::create_embeddings)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
-        .service(jobs::cancel_job);
+        .service(jobs::cancel_job)
+        .service(usage::get_usage);
 }
 
 /// Routes outside the versioned API.

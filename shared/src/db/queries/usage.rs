@@ -326,6 +326,65 @@ pub async fn records_after(
     Ok(rows.into_iter().map(LocalRecord::from).collect())
 }
 
+/// What one `GET /usage` page shows of a range.
+#[derive(Debug, Clone)]
+pub struct ReportQuery<'a> {
+    pub filter: UsageFilter,
+    /// A name [`is_known_timezone`] accepted.
+    pub timezone: &'a str,
+    /// The time series' bucket width, when one is wanted.
+    pub series: Option<TimeUnit>,
+    pub limit: i64,
+    pub offset: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct UsageReport {
+    /// The range covered, `[start, end)`.
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub totals: UsageTotals,
+    pub series: Option<Vec<SeriesPoint>>,
+    /// The requested page, newest first.
+    pub records: Vec<LocalRecord>,
+    /// The zone's offsets at the range's bounds, to render them.
+    pub start_offset_seconds: i32,
+    pub end_offset_seconds: i32,
+}
+
+/// Totals, series and the page read from one snapshot (a read-only
+/// repeatable-read transaction), so `total` and the page always agree even
+/// while requests are being recorded.
+pub async fn report(
+    conn: &mut AsyncPgConnection,
+    query: &ReportQuery<'_>,
+) -> Result<UsageReport, DbError> {
+    conn.build_transaction()
+        .read_only()
+        .repeatable_read()
+        .run(async |conn| {
+            let filter = &query.filter;
+            let totals = totals(conn, filter).await?;
+            let series = match query.series {
+                Some(unit) => Some(time_series(conn, filter, unit, query.timezone).await?),
+                None => None,
+            };
+            let records =
+                records_page(conn, filter, query.timezone, query.limit, query.offset).await?;
+            Ok(UsageReport {
+                start: filter.start,
+                end: filter.end,
+                totals,
+                series,
+                records,
+                start_offset_seconds: utc_offset_seconds(conn, filter.start, query.timezone)
+                    .await?,
+                end_offset_seconds: utc_offset_seconds(conn, filter.end, query.timezone).await?,
+            })
+        })
+        .await
+}
+
 /// The organization's current billing period and its credit counters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CurrentPeriod {
