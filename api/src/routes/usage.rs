@@ -159,3 +159,33 @@ async fn csv_response(
         .insert_header(("X-Row-Count", export.rows.to_string()))
         .body(export.body))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_usage_route_is_in_the_openapi_document_with_the_usage_scope() {
+        let doc = serde_json::to_value(crate::openapi::document()).unwrap();
+        let operation = &doc["paths"]["/api/v1/usage"]["get"];
+        assert_eq!(
+            operation["security"][0]["bearer"][0], "usage",
+            "{operation}"
+        );
+        let params: Vec<&str> = operation["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        for name in [
+            "start_date",
+            "end_date",
+            "aggregation",
+            "timezone",
+            "limit",
+            "format",
+        ] {
+            assert!(params.contains(&name), "{name} missing from {params:?}");
+        }
+        assert!(doc["components"]["schemas"]["UsageResponse"].is_object());
+    }
+}
