@@ -673,6 +673,11 @@ async fn csv_export_has_a_header_and_one_row_per_filtered_record() {
         "attachment; filename=\"usage-2026-01-01-2026-03-31.csv\""
     );
     assert_eq!(header("x-total-count"), "5");
+    assert_eq!(
+        header("x-row-count"),
+        "5",
+        "under the cap every record is a row"
+    );
     let text = response.text().await.unwrap();
     // The list of tools holds a comma, so the writer had to quote it.
     assert!(text.contains("\"web_search,code_interpreter\""), "{text}");
