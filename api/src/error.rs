@@ -196,6 +196,13 @@ impl From<DbError> for ApiError {
     }
 }
 
+/// For query sequences run in a transaction whose error type is `ApiError`.
+impl From<diesel::result::Error> for ApiError {
+    fn from(err: diesel::result::Error) -> Self {
+        DbError::Query(err).into()
+    }
+}
+
 impl From<SubmitError> for ApiError {
     fn from(err: SubmitError) -> Self {
         match err {

@@ -15,6 +15,7 @@ mod music;
 pub mod params;
 mod speech;
 mod transcriptions;
+mod usage;
 mod videos;
 
 use utoipa_actix_web::service_config::ServiceConfig;
@@ -35,6 +36,7 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(jobs::list_jobs)
         .service(jobs::get_job)
         .service(jobs::cancel_job)
+        .service(usage::get_usage)
         .service(billing::get_credits)
         .service(billing::get_quota)
         .service(billing::get_overage_status)

@@ -6,3 +6,4 @@ pub mod jobs;
 pub mod keys;
 pub mod limits;
 pub mod orgs;
+pub mod usage;
