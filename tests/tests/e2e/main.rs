@@ -8,6 +8,7 @@ mod images;
 mod jobs;
 mod legacy;
 mod media;
+mod metering;
 mod ops;
 mod pipeline;
 mod replicate;

@@ -1,0 +1,756 @@
+//! Metering: quota buckets, reservations, tier multipliers, overage and the
+//! credit ledger, through the API with real jobs.
+
+use std::time::Duration;
+
+use base64::Engine;
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+use unigen_tests::{TestApp, TestOptions, json_of};
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Creates the org's billing account (as any first look does).
+async fn touch_account(app: &TestApp, key: &str) {
+    let response = app.get("/api/v1/quota", key).await;
+    assert_eq!(response.status(), 200);
+}
+
+/// Marks `units` of a bucket as used in the current period.
+async fn fill_bucket(app: &TestApp, org: Uuid, bucket: &str, units: i64) {
+    app.sql(&format!(
+        "INSERT INTO quota_usage (org_id, period_start, bucket, used_milli)
+         SELECT org_id, period_start, '{bucket}', {milli} FROM billing_accounts WHERE org_id = '{org}'
+         ON CONFLICT (org_id, period_start, bucket) DO UPDATE SET used_milli = EXCLUDED.used_milli",
+        milli = units * 1000
+    ))
+    .await;
+}
+
+/// `(used_milli, reserved_milli)` of a bucket in the current period.
+async fn bucket_state(app: &TestApp, org: Uuid, bucket: &str) -> (i64, i64) {
+    let row = app
+        .db
+        .client()
+        .await
+        .query_opt(
+            "SELECT q.used_milli, q.reserved_milli FROM quota_usage q
+               JOIN billing_accounts a ON a.org_id = q.org_id AND a.period_start = q.period_start
+              WHERE q.org_id = $1 AND q.bucket = $2",
+            &[&org, &bucket],
+        )
+        .await
+        .unwrap();
+    row.map_or((0, 0), |r| (r.get(0), r.get(1)))
+}
+
+/// `(included_remaining, purchased, reserved, overage)` of the account.
+async fn credits_state(app: &TestApp, org: Uuid) -> (i64, i64, i64, i64) {
+    let row = app
+        .db
+        .client()
+        .await
+        .query_one(
+            "SELECT included_remaining, purchased_balance, reserved_credits, overage_credits
+               FROM billing_accounts WHERE org_id = $1",
+            &[&org],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1), row.get(2), row.get(3))
+}
+
+async fn scalar(app: &TestApp, sql: &str) -> i64 {
+    app.db.scalar_i64(sql).await
+}
+
+fn png_data_uri() -> String {
+    let image = image::RgbImage::from_fn(32, 32, |x, y| image::Rgb([x as u8 * 8, y as u8 * 8, 90]));
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    image.write_to(&mut bytes, image::ImageFormat::Png).unwrap();
+    format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes.into_inner())
+    )
+}
+
+fn wav_base64(seconds: f64) -> String {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    let mut writer = hound::WavWriter::new(&mut bytes, spec).unwrap();
+    for i in 0..(16_000.0 * seconds) as usize {
+        let sample = ((i as f64 * 440.0 * std::f64::consts::TAU / 16_000.0).sin() * 8000.0) as i16;
+        writer.write_sample(sample).unwrap();
+    }
+    writer.finalize().unwrap();
+    base64::engine::general_purpose::STANDARD.encode(bytes.into_inner())
+}
+
+/// A request for each bucket that needs `needs` units, and the fill that
+/// leaves fewer than that.
+fn bucket_cases() -> Vec<(&'static str, &'static str, Value, i64, f64)> {
+    vec![
+        (
+            "image_generations",
+            "/api/v1/images/generations",
+            json!({"prompt": "a lighthouse", "n": 2}),
+            499,
+            1.0,
+        ),
+        (
+            "image_edits",
+            "/api/v1/images/edits",
+            json!({"image": png_data_uri(), "operation": "colorization"}),
+            75,
+            0.0,
+        ),
+        (
+            "video_seconds",
+            "/api/v1/videos/generations",
+            json!({"prompt": "waves", "duration_seconds": 3}),
+            118,
+            2.0,
+        ),
+        (
+            "music_tracks",
+            "/api/v1/music/generations",
+            json!({"prompt": "calm piano", "duration_seconds": 2}),
+            20,
+            0.0,
+        ),
+        (
+            "tts_chars",
+            "/api/v1/audio/speech",
+            json!({"input": "twenty characters!!!", "voice": "alloy"}),
+            199_990,
+            10.0,
+        ),
+        (
+            "stt_seconds",
+            "/api/v1/audio/transcriptions",
+            json!({"file": wav_base64(3.0)}),
+            3_599,
+            1.0,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_bucket_refuses_what_does_not_fit_with_402_and_charges_nothing() {
+    let app = TestApp::spawn().await;
+    touch_account(&app, &app.key).await;
+    let credits_before = credits_state(&app, app.org_id).await;
+    for (bucket, path, body, fill, remaining) in bucket_cases() {
+        fill_bucket(&app, app.org_id, bucket, fill).await;
+        let (status, body) = json_of(app.post_json(path, &app.key, &body).await).await;
+        assert_eq!(status, 402, "{bucket}: {body}");
+        assert_eq!(
+            body["error"]["message"],
+            format!("Quota exceeded for {bucket}"),
+            "{bucket}"
+        );
+        assert_eq!(body["error"]["code"], "quota_exceeded");
+        assert_eq!(body["error"]["remaining"], remaining, "{bucket}: {body}");
+        assert_eq!(
+            bucket_state(&app, app.org_id, bucket).await,
+            (fill * 1000, 0),
+            "{bucket}: nothing reserved or used"
+        );
+    }
+    // Chat: an explicit max_tokens that does not fit.
+    fill_bucket(&app, app.org_id, "chat_tokens", 2_000_000 - 5).await;
+    let chat = json!({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 50});
+    let (status, body) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &chat)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["error"]["message"], "Quota exceeded for chat_tokens");
+
+    assert_eq!(app.count_jobs().await, 0, "no job was created");
+    assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 0);
+    assert_eq!(
+        scalar(
+            &app,
+            "SELECT count(*) FROM credit_transactions WHERE type <> 'allocation'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(credits_state(&app, app.org_id).await, credits_before);
+}
+
+#[tokio::test]
+async fn the_free_plan_has_no_speech_music_or_edit_quota() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org("Free org", "free").await;
+    let key = app.create_key(org, &["all"], None).await;
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/audio/speech",
+            &key,
+            &json!({"input": "hello", "voice": "alloy"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["error"]["message"], "Quota exceeded for tts_chars");
+    assert_eq!(body["error"]["remaining"], 0.0);
+}
+
+#[tokio::test]
+async fn a_cancelled_job_releases_its_reservation_and_consumes_nothing() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let id = app
+        .submit_image_async(&json!({"prompt": "a boat", "n": 3}))
+        .await;
+    assert_eq!(
+        bucket_state(&app, app.org_id, "image_generations").await,
+        (0, 3000)
+    );
+    let (included, _, reserved, _) = credits_state(&app, app.org_id).await;
+    assert_eq!(reserved, 3, "3 images at 1 credit are held");
+    let quota = json_of(app.get("/api/v1/quota", &app.key).await).await.1;
+    let images = quota["data"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["bucket"] == "image_generations")
+        .unwrap()
+        .clone();
+    assert_eq!(images["reserved"], 3.0);
+    assert_eq!(images["remaining"], 497.0);
+
+    let response = app.delete(&format!("/api/v1/jobs/{id}"), &app.key).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        bucket_state(&app, app.org_id, "image_generations").await,
+        (0, 0)
+    );
+    assert_eq!(credits_state(&app, app.org_id).await, (included, 0, 0, 0));
+    let job = app.job(&id).await;
+    assert_eq!(job["actualCredits"], Value::Null);
+    let status: String = app
+        .db
+        .client()
+        .await
+        .query_one(
+            "SELECT status FROM usage_records WHERE id = $1",
+            &[&Uuid::parse_str(&id).unwrap()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "cancelled");
+}
+
+#[tokio::test]
+async fn a_failed_job_releases_its_reservation_and_consumes_nothing() {
+    let app = TestApp::spawn_with(
+        TestOptions::default().configure(|s| s.local_provider.failure_rate = 1.0),
+    )
+    .await;
+    let id = app.submit_image_async(&json!({"prompt": "a boat"})).await;
+    let job = app.wait_for_job(&id, WAIT).await;
+    assert_eq!(job["status"], "failed");
+    assert_eq!(
+        bucket_state(&app, app.org_id, "image_generations").await,
+        (0, 0)
+    );
+    let (included, _, reserved, _) = credits_state(&app, app.org_id).await;
+    assert_eq!((included, reserved), (2000, 0));
+    assert_eq!(
+        scalar(
+            &app,
+            "SELECT count(*) FROM credit_transactions WHERE type = 'consumption'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        scalar(
+            &app,
+            "SELECT count(*) FROM usage_records WHERE status = 'failed' AND credits = 0"
+        )
+        .await,
+        1
+    );
+}
+
+/// Finds a bucket's entry in `GET /quota`.
+async fn quota_of(app: &TestApp, key: &str, bucket: &str) -> Value {
+    let quota = json_of(app.get("/api/v1/quota", key).await).await.1;
+    quota["data"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["bucket"] == bucket)
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn completed_jobs_charge_their_bucket_times_the_tier_multiplier() {
+    let app = TestApp::spawn().await;
+    // Music on a standard-tier model: 1 track x 1.25.
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/music/generations?async=false",
+            &app.key,
+            &json!({"prompt": "calm piano", "duration_seconds": 2, "model": "local/synth-long"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let usage = &body["usage"];
+    assert_eq!(usage["tracks_used"], 1, "{usage}");
+    assert_eq!(usage["quota_multiplier"], 1.25);
+    assert_eq!(usage["tracks_remaining"], 18, "20 - 1.25, rounded down");
+    assert_eq!(usage["credits_used"], 8);
+    assert_eq!(
+        bucket_state(&app, app.org_id, "music_tracks").await,
+        (1250, 0)
+    );
+    assert_eq!(quota_of(&app, &app.key, "music_tracks").await["used"], 1.25);
+
+    // An edit on a premium model: 1 edit x 1.5.
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/images/edits",
+            &app.key,
+            &json!({"image": png_data_uri(), "operation": "colorization", "model": "local/classic-edit-pro"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"]["edits_used"], 1);
+    assert_eq!(body["usage"]["quota_multiplier"], 1.5);
+    assert_eq!(body["usage"]["edits_remaining"], 73);
+    assert_eq!(
+        bucket_state(&app, app.org_id, "image_edits").await,
+        (1500, 0)
+    );
+
+    // Speech on a fast model: characters x 1.
+    let text = "Metering counts every character.";
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/audio/speech",
+            &app.key,
+            &json!({"input": text, "voice": "alloy"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["usage"]["chars_used"], text.len());
+    assert_eq!(body["usage"]["quota_multiplier"], 1.0);
+    assert_eq!(
+        body["usage"]["chars_remaining"],
+        200_000 - text.len() as i64
+    );
+
+    // Image generations: no multiplier; the sync answer carries headers.
+    let response = app
+        .post_json(
+            "/api/v1/images/generations",
+            &app.key,
+            &json!({"prompt": "a lighthouse", "n": 2, "size": "512x512"}),
+        )
+        .await;
+    assert_eq!(response.headers()["x-credits-used"], "2");
+    assert!(response.headers().get("x-overage-active").is_none());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["usage"]["generations_used"], 2);
+    assert_eq!(body["usage"]["generations_remaining"], 498);
+
+    // The ledger and the usage records agree with what was answered.
+    let consumed = scalar(
+        &app,
+        "SELECT -COALESCE(SUM(amount), 0)::BIGINT FROM credit_transactions WHERE type = 'consumption'",
+    )
+    .await;
+    let recorded = scalar(
+        &app,
+        "SELECT COALESCE(SUM(credits), 0)::BIGINT FROM usage_records",
+    )
+    .await;
+    assert_eq!(consumed, recorded);
+    assert_eq!(consumed, 8 + 4 + 1 + 2);
+}
+
+#[tokio::test]
+async fn concurrent_requests_never_overdraw_a_nearly_empty_bucket() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    app.sql("UPDATE plans SET concurrent_requests = 200, rate_limit_per_minute = 100000")
+        .await;
+    touch_account(&app, &app.key).await;
+    fill_bucket(&app, app.org_id, "image_generations", 495).await;
+    let bodies: Vec<Value> = (0..40)
+        .map(|i| json!({"prompt": format!("request {i}")}))
+        .collect();
+    let requests = bodies
+        .iter()
+        .map(|body| app.post_json("/api/v1/images/generations?async=true", &app.key, body));
+    let statuses: Vec<u16> = join_all(requests)
+        .await
+        .into_iter()
+        .map(|r| r.status().as_u16())
+        .collect();
+    let accepted = statuses.iter().filter(|&&s| s == 202).count();
+    let refused = statuses.iter().filter(|&&s| s == 402).count();
+    assert_eq!((accepted, refused), (5, 35), "{statuses:?}");
+    assert_eq!(
+        bucket_state(&app, app.org_id, "image_generations").await,
+        (495_000, 5_000),
+        "used + reserved never exceeds the limit"
+    );
+    assert_eq!(app.count_jobs().await, 5);
+}
+
+#[tokio::test]
+async fn chat_without_max_tokens_is_capped_to_the_quota_left_and_reports_the_estimate() {
+    let app = TestApp::spawn().await;
+    touch_account(&app, &app.key).await;
+    let chat = |content: &str| json!({"messages": [{"role": "user", "content": content}]});
+    let (status, body) = json_of(
+        app.post_json("/api/v1/chat/completions", &app.key, &chat("one two three"))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let total = body["usage"]["total_tokens"].as_i64().unwrap();
+    assert_eq!(
+        body["usage"]["tokens_remaining_estimate"],
+        2_000_000 - total,
+        "{body}"
+    );
+    assert_eq!(body["usage"]["quota_multiplier"], 1.0);
+
+    // Leave 30 tokens: a long question is answered within them.
+    let (used, _) = bucket_state(&app, app.org_id, "chat_tokens").await;
+    fill_bucket(&app, app.org_id, "chat_tokens", 2_000_000 - 30).await;
+    let long = "word ".repeat(60);
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/chat/completions",
+            &app.key,
+            &chat(&format!("say {long}")),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 402, "the prompt alone does not fit: {body}");
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/chat/completions",
+            &app.key,
+            &chat(&"word ".repeat(20)),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+    let (after, reserved) = bucket_state(&app, app.org_id, "chat_tokens").await;
+    assert!(after <= 2_000_000_000, "never beyond the limit: {after}");
+    assert_eq!(reserved, 0);
+    assert!(after > (2_000_000 - 30) * 1000 && used > 0);
+}
+
+#[tokio::test]
+async fn overage_continues_past_included_credits_until_the_hard_limit() {
+    let app = TestApp::spawn().await;
+    // A plan with 3 included credits for this test's org.
+    app.sql("UPDATE plans SET included_credits = 3 WHERE code = 'pro'")
+        .await;
+    touch_account(&app, &app.key).await;
+    let image = json!({"prompt": "a kite", "size": "512x512", "model": "local/procedural-hd"});
+    // 2 credits per image: the first fits, the second does not without overage.
+    let response = app
+        .post_json("/api/v1/images/generations", &app.key, &image)
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-credits-remaining"], "1");
+    let (status, body) = json_of(
+        app.post_json("/api/v1/images/generations", &app.key, &image)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 402, "{body}");
+    assert_eq!(body["error"]["message"], "Quota exceeded for credits");
+    assert_eq!(body["error"]["remaining"], 1.0);
+
+    let configure = json!({"enabled": true, "soft_limit": 2, "hard_limit": 5, "notification_email": "ops@example.com"});
+    let (status, body) = json_of(
+        app.post_json("/api/v1/overage/configure", &app.key, &configure)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["enabled"], true);
+
+    // 1 included + 1 overage.
+    let response = app
+        .post_json("/api/v1/images/generations", &app.key, &image)
+        .await;
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    assert_eq!(headers["x-overage-active"], "true");
+    assert_eq!(headers["x-overage-credits"], "1");
+    assert_eq!(headers["x-overage-rate"], "0.01");
+    assert_eq!(headers["x-overage-cost"], "0.01");
+    assert_eq!(headers["x-credits-remaining"], "0");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["usage"]["credits_breakdown"]["overage"], 1);
+
+    // 2 more overage: 3 in all, past the soft limit (notified once).
+    let response = app
+        .post_json("/api/v1/images/generations", &app.key, &image)
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-overage-credits"], "3");
+    // Another 2 would make 5 = the hard limit: allowed; then 7 > 5: refused.
+    let response = app
+        .post_json("/api/v1/images/generations", &app.key, &image)
+        .await;
+    assert_eq!(response.status(), 200);
+    let (status, body) = json_of(
+        app.post_json("/api/v1/images/generations", &app.key, &image)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 402, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Overage hard limit reached"),
+        "{body}"
+    );
+
+    let status = json_of(app.get("/api/v1/overage/status", &app.key).await)
+        .await
+        .1;
+    let limits = &status["data"]["limits"];
+    assert_eq!(limits["soft_limit_reached"], true);
+    assert_eq!(limits["hard_limit_reached"], true);
+    assert_eq!(status["data"]["current_usage"]["credits"], 5);
+    assert_eq!(status["data"]["current_usage"]["cost"], 0.05);
+
+    let soft: Vec<Value> = app
+        .events()
+        .await
+        .into_iter()
+        .filter(|(kind, _)| kind == "overage.soft_limit_reached")
+        .map(|(_, data)| data)
+        .collect();
+    assert_eq!(soft.len(), 1, "notified once: {soft:?}");
+    assert_eq!(soft[0]["softLimit"], 2);
+    let depleted = app
+        .events()
+        .await
+        .into_iter()
+        .filter(|(kind, data)| kind == "credits.depleted" && data["bucketType"] == "credits")
+        .count();
+    assert_eq!(depleted, 1);
+
+    let overage_rows = app
+        .db
+        .client()
+        .await
+        .query(
+            "SELECT amount, metadata FROM credit_transactions WHERE type = 'overage' ORDER BY created_at",
+            &[],
+        )
+        .await
+        .unwrap();
+    let amounts: Vec<i64> = overage_rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(amounts, vec![-1, -2, -2]);
+    let metadata: Value = overage_rows[0].get(1);
+    assert_eq!(metadata["rate"], 0.01);
+    assert_eq!(metadata["billing_status"], "pending");
+    assert_ledger_balances(&app, app.org_id).await;
+}
+
+#[tokio::test]
+async fn a_bucket_below_ten_percent_sends_credits_low_once() {
+    let app = TestApp::spawn().await;
+    touch_account(&app, &app.key).await;
+    fill_bucket(&app, app.org_id, "image_generations", 448).await;
+    for _ in 0..3 {
+        let response = app
+            .post_json(
+                "/api/v1/images/generations",
+                &app.key,
+                &json!({"prompt": "a star", "size": "512x512"}),
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+    }
+    let low: Vec<Value> = app
+        .events()
+        .await
+        .into_iter()
+        .filter(|(kind, _)| kind == "credits.low")
+        .map(|(_, data)| data)
+        .collect();
+    assert_eq!(low.len(), 1, "{low:?}");
+    assert_eq!(low[0]["bucketType"], "image_generations");
+    assert_eq!(low[0]["remaining"], 49.0);
+    assert_eq!(low[0]["limit"], 500);
+    assert_eq!(low[0]["percentUsed"], 90.2);
+}
+
+async fn assert_ledger_balances(app: &TestApp, org: Uuid) {
+    let (included, purchased, _, overage) = credits_state(app, org).await;
+    let sum = scalar(
+        app,
+        &format!(
+            "SELECT COALESCE(SUM(amount), 0)::BIGINT FROM credit_transactions WHERE org_id = '{org}'"
+        ),
+    )
+    .await;
+    assert_eq!(
+        sum,
+        included + purchased - overage,
+        "ledger sum vs balances"
+    );
+    // Each row's balance_after continues the previous one.
+    let rows = app
+        .db
+        .client()
+        .await
+        .query(
+            "SELECT amount, balance_after FROM credit_transactions WHERE org_id = $1 ORDER BY created_at, id",
+            &[&org],
+        )
+        .await
+        .unwrap();
+    let mut running = 0;
+    for row in rows {
+        let (amount, after): (i64, i64) = (row.get(0), row.get(1));
+        running += amount;
+        assert_eq!(after, running, "balance_after runs with the amounts");
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_balances_after_a_random_workload() {
+    let app = TestApp::spawn().await;
+    app.sql("UPDATE plans SET included_credits = 40, concurrent_requests = 100, rate_limit_per_minute = 100000 WHERE code = 'pro'")
+        .await;
+    touch_account(&app, &app.key).await;
+    let configure = json!({"enabled": true});
+    assert_eq!(
+        app.post_json("/api/v1/overage/configure", &app.key, &configure)
+            .await
+            .status(),
+        200
+    );
+    // A small deterministic generator: the same workload every run.
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut jobs = Vec::new();
+    for step in 0..40 {
+        match next() % 5 {
+            0 => {
+                let n = 1 + next() % 3;
+                let response = app
+                    .post_json(
+                        "/api/v1/images/generations",
+                        &app.key,
+                        &json!({"prompt": format!("step {step}"), "n": n, "size": "512x512"}),
+                    )
+                    .await;
+                assert_eq!(response.status(), 200);
+            }
+            1 => {
+                let id = app
+                    .submit_image_async(&json!({"prompt": format!("async {step}")}))
+                    .await;
+                if next() % 2 == 0 {
+                    // Cancelling races the worker: either outcome is consistent.
+                    app.delete(&format!("/api/v1/jobs/{id}"), &app.key).await;
+                }
+                jobs.push(id);
+            }
+            2 => {
+                let response = app
+                    .post_json(
+                        "/api/v1/chat/completions",
+                        &app.key,
+                        &json!({"messages": [{"role": "user", "content": "x ".repeat(1 + (next() % 400) as usize)}]}),
+                    )
+                    .await;
+                assert_eq!(response.status(), 200);
+            }
+            3 => {
+                let response = app
+                    .post_json(
+                        "/api/v1/embeddings",
+                        &app.key,
+                        &json!({"input": "y ".repeat(1 + (next() % 900) as usize)}),
+                    )
+                    .await;
+                assert_eq!(response.status(), 200);
+            }
+            _ => {
+                let mut conn = app.db.connect().await;
+                use diesel_async::AsyncConnection;
+                let credits = 1 + (next() % 7) as i64;
+                conn.transaction::<_, unigen_shared::db::DbError, _>(async |conn| {
+                    unigen_shared::db::queries::billing::purchase(
+                        conn, app.org_id, credits, "top-up",
+                    )
+                    .await
+                })
+                .await
+                .unwrap();
+            }
+        }
+    }
+    for id in &jobs {
+        app.wait_for_job(id, WAIT).await;
+    }
+    assert_ledger_balances(&app, app.org_id).await;
+    let (_, _, reserved, _) = credits_state(&app, app.org_id).await;
+    assert_eq!(reserved, 0, "nothing left held");
+    let charged = scalar(
+        &app,
+        "SELECT -COALESCE(SUM(amount), 0)::BIGINT FROM credit_transactions WHERE type IN ('consumption', 'overage')",
+    )
+    .await;
+    let recorded = scalar(
+        &app,
+        "SELECT COALESCE(SUM(credits), 0)::BIGINT FROM usage_records",
+    )
+    .await;
+    assert_eq!(charged, recorded, "every charge has its usage record");
+    let completed_credits = scalar(
+        &app,
+        "SELECT COALESCE(SUM(actual_credits), 0)::BIGINT FROM jobs WHERE status = 'completed'",
+    )
+    .await;
+    let job_records = scalar(
+        &app,
+        "SELECT COALESCE(SUM(credits), 0)::BIGINT FROM usage_records WHERE endpoint = '/v1/images/generations'",
+    )
+    .await;
+    assert_eq!(completed_credits, job_records);
+}
