@@ -35,6 +35,12 @@ pub enum ApiError {
     Upstream(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The organization's plan does not include the feature at all.
+    #[error("{0}")]
+    NotOnPlan(String),
+    /// The plan's maximum count of something is reached.
+    #[error("{0}")]
+    LimitReached(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -86,6 +92,16 @@ impl ApiError {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "server_error",
                 "server_error",
+            ),
+            ApiError::NotOnPlan(_) => (
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "not_available_on_plan",
+            ),
+            ApiError::LimitReached(_) => (
+                StatusCode::PAYMENT_REQUIRED,
+                "invalid_request_error",
+                "limit_reached",
             ),
         }
     }

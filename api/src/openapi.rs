@@ -22,6 +22,7 @@ each operation lists the scope it needs. Errors are `{\"error\": {\"message\", \
         (name = "embeddings", description = "Embeddings (OpenAI format)"),
         (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
+        (name = "webhooks", description = "Signed event delivery: manage webhooks, send a test event, read deliveries"),
     )
 )]
 pub struct ApiDoc;

@@ -71,6 +71,18 @@ pub fn generation_failed(
     )
 }
 
+/// `webhook.test`: sent by `POST /webhooks/{id}/test` to that webhook only.
+pub fn webhook_test(org_id: Uuid, webhook_id: Uuid) -> Event {
+    event(
+        org_id,
+        crate::webhooks::TEST_EVENT,
+        json!({
+            "webhookId": webhook_id,
+            "message": "A test event: your endpoint received and can verify this delivery.",
+        }),
+    )
+}
+
 /// What a finished job consumed, in its tool's unit.
 pub fn units_of(tool: &str, output: &Value) -> (Value, &'static str) {
     match tool {

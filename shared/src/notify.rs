@@ -26,6 +26,11 @@ use uuid::Uuid;
 use crate::batch::Batcher;
 use crate::db::PgPool;
 
+/// The id carried by [`Notifier::events_recorded`]: watch it to learn that
+/// events (and so webhook deliveries) were committed. Job ids are UUIDv7,
+/// never nil.
+pub const EVENTS_RECORDED: Uuid = Uuid::nil();
+
 /// NOTIFY payloads must stay below 8000 bytes.
 const MAX_PAYLOAD: usize = 7900;
 const LISTENER_PING: Duration = Duration::from_secs(15);
@@ -51,7 +56,10 @@ pub struct Notifier {
 
 impl Notifier {
     pub fn spawn(pool: PgPool, channel: String, window: Duration) -> (Self, JoinHandle<()>) {
-        let (batcher, handle) = Batcher::spawn(window, 4096, move |ids: Vec<Uuid>| {
+        let (batcher, handle) = Batcher::spawn(window, 4096, move |mut ids: Vec<Uuid>| {
+            // Many writers report the same events marker within one window.
+            ids.sort_unstable();
+            ids.dedup();
             let pool = pool.clone();
             let channel = channel.clone();
             async move {
@@ -67,6 +75,12 @@ impl Notifier {
     /// Call after the transaction that changed the job committed.
     pub fn job_changed(&self, id: Uuid) {
         self.batcher.push(id);
+    }
+
+    /// Call after a transaction that inserted events committed: wakes the
+    /// schedulers' webhook delivery (coalesced with job notifications).
+    pub fn events_recorded(&self) {
+        self.batcher.push(EVENTS_RECORDED);
     }
 }
 

@@ -164,6 +164,9 @@ async fn settle(
     match result {
         Ok(written) => {
             context.notifier.job_changed(id);
+            if written {
+                context.notifier.events_recorded();
+            }
             Some(written)
         }
         Err(err) => {

@@ -15,6 +15,7 @@ pub mod params;
 mod speech;
 mod transcriptions;
 mod videos;
+mod webhooks;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 
@@ -33,7 +34,15 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(embeddings::create_embeddings)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
-        .service(jobs::cancel_job);
+        .service(jobs::cancel_job)
+        .service(webhooks::create_webhook)
+        .service(webhooks::list_webhooks)
+        .service(webhooks::get_webhook)
+        .service(webhooks::update_webhook)
+        .service(webhooks::delete_webhook)
+        .service(webhooks::rotate_webhook_secret)
+        .service(webhooks::test_webhook)
+        .service(webhooks::list_webhook_deliveries);
 }
 
 /// Routes outside the versioned API.

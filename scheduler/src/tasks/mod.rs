@@ -1,2 +1,3 @@
 pub mod lease_rescue;
 pub mod relay;
+pub mod webhooks;

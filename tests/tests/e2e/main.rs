@@ -13,3 +13,4 @@ mod pipeline;
 mod replicate;
 mod sdk;
 mod tools;
+mod webhooks;

@@ -4,3 +4,4 @@ pub mod events;
 pub mod jobs;
 pub mod keys;
 pub mod orgs;
+pub mod webhooks;
