@@ -477,14 +477,30 @@ async fn plans_allow_no_webhooks_on_free_and_five_on_pro() {
 async fn a_receiver_down_for_two_attempts_gets_the_third_on_the_retry_schedule() {
     let delays_ms = [300u64, 600, 900, 1200];
     let app = TestApp::spawn_with(
-        TestOptions::default()
-            .without_worker()
-            .configure(move |s| s.webhooks.retry_delays_ms = delays_ms.to_vec()),
+        TestOptions::default().configure(move |s| s.webhooks.retry_delays_ms = delays_ms.to_vec()),
     )
     .await;
     let server = receiver(2, 503).await;
     let (webhook, secret) = register(&app, &server, &["generation.completed"]).await;
-    let event_id = send_test_event(&app, &webhook).await;
+    let job = app
+        .submit_image_async(&json!({"prompt": "retried delivery"}))
+        .await;
+    app.wait_for_job(&job, WAIT).await;
+    let waiting = eventually("a failed attempt with a retry scheduled", || async {
+        let list = deliveries(&app, &webhook).await;
+        list.first()
+            .filter(|d| {
+                d["status"] == "pending" && d["attempts"].as_array().is_some_and(|a| !a.is_empty())
+            })
+            .cloned()
+    })
+    .await;
+    assert!(waiting["next_attempt_at"].is_string(), "{waiting}");
+    println!(
+        "while retrying ->\n{}",
+        serde_json::to_string_pretty(&waiting).unwrap()
+    );
+    let event_id = waiting["event_id"].as_str().unwrap().to_owned();
     let list = finished_deliveries(&app, &webhook, 1).await;
     let delivery = &list[0];
     println!(
@@ -493,7 +509,7 @@ async fn a_receiver_down_for_two_attempts_gets_the_third_on_the_retry_schedule()
     );
     assert_eq!(delivery["status"], "succeeded", "{delivery}");
     assert_eq!(delivery["event_id"], event_id.as_str());
-    assert_eq!(delivery["event_type"], "webhook.test");
+    assert_eq!(delivery["event_type"], "generation.completed");
     assert_eq!(delivery["attempt_count"], 3);
     assert_eq!(delivery["last_status_code"], 200);
     assert_eq!(delivery["next_attempt_at"], Value::Null);
@@ -517,6 +533,7 @@ async fn a_receiver_down_for_two_attempts_gets_the_third_on_the_retry_schedule()
     for request in &requests {
         let envelope = verified(request, &secret);
         assert_eq!(envelope["id"], event_id.as_str(), "same event every time");
+        assert_eq!(envelope["data"]["jobId"], job.as_str());
     }
 }
 
