@@ -207,7 +207,7 @@ pub async fn create_webhook(
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     match queries::webhooks::create_within_plan(&mut conn, &new).await? {
         CreateOutcome::Created(webhook) => {
-            Ok(HttpResponse::Created().json(WebhookView::new(webhook, true)))
+            Ok(HttpResponse::Created().json(WebhookView::new(*webhook, true)))
         }
         CreateOutcome::NotOnPlan { plan } => Err(ApiError::NotOnPlan(format!(
             "Webhooks are not available on the {plan} plan"

@@ -148,7 +148,7 @@ async fn attempt(
     .await;
     let duration_ms = outcome.duration.as_millis() as u64;
     let status_code = outcome.status_code;
-    let error = outcome.error.as_deref().unwrap_or("");
+    let error = outcome.error.as_deref();
     match recorded {
         Ok(Settled::Succeeded) => {
             tracing::info!(duration_ms, status_code, "webhook delivered");

@@ -21,7 +21,7 @@ use crate::webhooks::{AttemptOutcome, WebhookSettings};
 /// Why a webhook could not be created.
 #[derive(Debug)]
 pub enum CreateOutcome {
-    Created(Webhook),
+    Created(Box<Webhook>),
     /// The plan has no webhooks at all.
     NotOnPlan {
         plan: String,
@@ -75,7 +75,7 @@ pub async fn create_within_plan(
             .returning(Webhook::as_returning())
             .get_result(conn)
             .await?;
-        Ok(CreateOutcome::Created(webhook))
+        Ok(CreateOutcome::Created(Box::new(webhook)))
     })
     .await
 }
