@@ -58,5 +58,14 @@ mod tests {
         for path in doc.paths.paths.keys() {
             assert!(path.starts_with("/api/v1/"), "{path}");
         }
+        for path in [
+            "/api/v1/webhooks",
+            "/api/v1/webhooks/{id}",
+            "/api/v1/webhooks/{id}/rotate-secret",
+            "/api/v1/webhooks/{id}/test",
+            "/api/v1/webhooks/{id}/deliveries",
+        ] {
+            assert!(doc.paths.paths.contains_key(path), "{path} documented");
+        }
     }
 }
