@@ -300,6 +300,48 @@ async fn a_failed_job_delivers_generation_started_then_generation_failed_with_it
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_fan_out_only_to_enabled_subscribed_webhooks_of_their_organization() {
+    let app = TestApp::spawn().await;
+    let listening = receiver(0, 200).await;
+    let (listening_id, _) = register(&app, &listening, &["generation.completed"]).await;
+    let others = receiver(0, 200).await;
+    let url = format!("{}/hook", others.uri());
+    let (status, _) = create_webhook(
+        &app,
+        &app.key,
+        json!({"name": "disabled", "url": url, "events": ["generation.completed"], "enabled": false}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, _) = create_webhook(
+        &app,
+        &app.key,
+        json!({"name": "other kind", "url": url, "events": ["credits.low"]}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let other_org = app.create_org("Other", "pro").await;
+    let other_key = app.create_key(other_org, &["all"], None).await;
+    let (status, _) = create_webhook(
+        &app,
+        &other_key,
+        json!({"name": "other org", "url": url, "events": ["generation.completed"]}),
+    )
+    .await;
+    assert_eq!(status, 201);
+
+    let job = app.submit_image_async(&json!({"prompt": "fan-out"})).await;
+    app.wait_for_job(&job, WAIT).await;
+    finished_deliveries(&app, &listening_id, 1).await;
+    let deliveries = app
+        .db
+        .scalar_i64("SELECT count(*) FROM webhook_deliveries")
+        .await;
+    assert_eq!(deliveries, 1, "one delivery, to the enabled subscriber");
+    assert!(others.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_management_validates_fields_scopes_organizations_and_shows_the_secret_once() {
     // Production rules for targets: https only, no private addresses.
     let app = TestApp::spawn_with(
