@@ -170,6 +170,13 @@ async fn attempt(
                 "webhook delivery failed for good"
             );
         }
+        Ok(Settled::Deleted) => {
+            tracing::info!(
+                duration_ms,
+                status_code,
+                "the webhook was deleted during the attempt"
+            );
+        }
         Ok(Settled::Stale) => {
             tracing::info!(
                 duration_ms,

@@ -680,7 +680,8 @@ async fn a_scheduler_killed_mid_attempt_leaves_the_delivery_to_a_restarted_one()
         .mount(&server)
         .await;
     let short_lease = |s: &mut unigen_shared::config::Settings| {
-        s.webhooks.timeout_ms = 3_000;
+        // Long enough that the kill surely lands before the attempt's own timeout.
+        s.webhooks.timeout_ms = 5_000;
         s.webhooks.lease_margin_ms = 500;
     };
     let first = app.spawn_scheduler(short_lease);

@@ -348,6 +348,8 @@ pub enum Settled {
     /// Another scheduler took the delivery over (our lease ran out): only
     /// the attempt row was written.
     Stale,
+    /// The webhook was deleted during the attempt: nothing to record.
+    Deleted,
 }
 
 /// Records a finished attempt and moves the delivery on: succeeded (and the
@@ -378,6 +380,17 @@ pub async fn record_attempt(
             .and(webhook_deliveries::attempts.eq(claimed.attempt)),
     );
     conn.transaction::<_, DbError, _>(async |conn| {
+        // Locked, so a concurrent delete waits for this record to finish.
+        let exists = webhook_deliveries::table
+            .find(claimed.delivery_id)
+            .select(webhook_deliveries::id)
+            .for_update()
+            .first::<Uuid>(conn)
+            .await
+            .optional()?;
+        if exists.is_none() {
+            return Ok(Settled::Deleted);
+        }
         diesel::insert_into(webhook_attempts::table)
             .values(&attempt)
             .on_conflict_do_nothing()
