@@ -8,6 +8,9 @@
 //! wait; a wake-up between the read and the wait is not lost because a watch
 //! remembers it. NOTIFY is not durable, so waiters also re-read periodically,
 //! and every watch is woken when the listener (re)connects.
+//!
+//! The same channel announces committed events: [`EVENTS_RECORDED`] (the nil
+//! id) wakes the schedulers' webhook delivery.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
