@@ -663,6 +663,86 @@ async fn ten_consecutive_failed_deliveries_disable_the_webhook_until_it_is_re_en
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_not_followed_and_slow_receivers_time_out() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(|s| {
+        s.webhooks.retry_delays_ms = vec![10, 10, 10, 10];
+        s.webhooks.timeout_ms = 300;
+    }))
+    .await;
+    let elsewhere = receiver(0, 200).await;
+    let redirecting = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(307)
+                .insert_header("location", format!("{}/hook", elsewhere.uri())),
+        )
+        .mount(&redirecting)
+        .await;
+    let slow = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(5)))
+        .mount(&slow)
+        .await;
+    let (redirected, _) = register(&app, &redirecting, &["generation.completed"]).await;
+    let (timed_out, _) = register(&app, &slow, &["generation.completed"]).await;
+    send_test_event(&app, &redirected).await;
+    send_test_event(&app, &timed_out).await;
+
+    let list = finished_deliveries(&app, &redirected, 1).await;
+    assert_eq!(
+        (&list[0]["status"], &list[0]["last_status_code"]),
+        (&json!("failed"), &json!(307))
+    );
+    assert!(elsewhere.received_requests().await.unwrap().is_empty());
+    let list = finished_deliveries(&app, &timed_out, 1).await;
+    assert_eq!(list[0]["status"], "failed");
+    assert_eq!(list[0]["last_status_code"], Value::Null);
+    assert_eq!(list[0]["last_error"], "timed out after 300 ms");
+    assert_eq!(list[0]["attempts"].as_array().unwrap().len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_target_is_refused_at_delivery_time_without_a_request() {
+    // Registered while allowed (the API's switch), delivered by a scheduler
+    // with production rules: as if the name had moved to a private address.
+    let app = TestApp::spawn_with(
+        TestOptions::default()
+            .without_worker()
+            .configure(|s| {
+                s.webhooks.allow_private_addresses = false;
+                s.webhooks.retry_delays_ms = vec![10, 10, 10, 10];
+            })
+            .configure_api(|s| s.webhooks.allow_private_addresses = true),
+    )
+    .await;
+    let server = receiver(0, 200).await;
+    let (literal, _) = register(&app, &server, &["generation.completed"]).await;
+    // A host name is checked by the resolver, after DNS.
+    let by_name = server.uri().replace("127.0.0.1", "localhost");
+    let (status, created) = create_webhook(
+        &app,
+        &app.key,
+        json!({"name": "by name", "url": format!("{by_name}/hook"), "events": ["generation.completed"]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let named = created["id"].as_str().unwrap().to_owned();
+    for (webhook, reason) in [
+        (&literal, "points to a private or loopback address"),
+        (&named, "resolves to no public address"),
+    ] {
+        send_test_event(&app, webhook).await;
+        let list = finished_deliveries(&app, webhook, 1).await;
+        assert_eq!(list[0]["status"], "failed", "{list:?}");
+        assert!(
+            list[0]["last_error"].as_str().unwrap().contains(reason),
+            "{reason}: {list:?}"
+        );
+    }
+    assert!(server.received_requests().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduler_killed_mid_attempt_leaves_the_delivery_to_a_restarted_one() {
     let app =
         TestApp::spawn_with(TestOptions::default().without_worker().without_scheduler()).await;
