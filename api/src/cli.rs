@@ -190,6 +190,7 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
                     Ok(org)
                 })
                 .await?;
+            wake_webhooks(&mut conn, settings).await;
             json!({ "id": org.id, "name": org.name, "email": org.email, "plan": org.plan_code, "created_at": org.created_at })
         }
         AdminCommand::Org {
@@ -213,6 +214,7 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
                     queries::billing::change_plan(conn, org, &plan).await
                 })
                 .await?;
+            wake_webhooks(&mut conn, settings).await;
             json!({ "org": org, "plan": plan, "included_credits": account.included_credits,
                     "included_remaining": account.included_remaining })
         }
@@ -303,6 +305,16 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     };
     println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(())
+}
+
+/// Webhook delivery starts at once for the events just committed (the
+/// schedulers' periodic check would find them too, later).
+async fn wake_webhooks(conn: &mut diesel_async::AsyncPgConnection, settings: &Settings) {
+    if let Err(err) =
+        unigen_shared::notify::send_events_recorded(conn, &settings.notify.channel).await
+    {
+        eprintln!("warning: could not wake webhook delivery: {err:#}");
+    }
 }
 
 fn balance_json(account: &BillingAccount, ledger_sum: i64) -> serde_json::Value {

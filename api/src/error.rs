@@ -17,9 +17,6 @@ pub enum ApiError {
     MissingScope(&'static str),
     #[error("organization is suspended")]
     OrgSuspended,
-    /// The caller's plan does not include the feature (403).
-    #[error("{0}")]
-    PlanForbids(String),
     #[error("{0}")]
     Validation(#[from] ValidationError),
     #[error("{0}")]
@@ -48,6 +45,12 @@ pub enum ApiError {
         message: &'static str,
         retry_after_seconds: u64,
     },
+    /// The organization's plan does not include the feature at all.
+    #[error("{0}")]
+    NotOnPlan(String),
+    /// The plan's maximum count of something is reached.
+    #[error("{0}")]
+    LimitReached(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -61,7 +64,7 @@ impl ApiError {
                 "authentication_error",
                 "unauthorized",
             ),
-            ApiError::MissingScope(_) | ApiError::OrgSuspended | ApiError::PlanForbids(_) => {
+            ApiError::MissingScope(_) | ApiError::OrgSuspended => {
                 (StatusCode::FORBIDDEN, "permission_error", "forbidden")
             }
             ApiError::Validation(_) | ApiError::BadRequest(_) => (
@@ -109,6 +112,16 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_error",
                 "rate_limited",
+            ),
+            ApiError::NotOnPlan(_) => (
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "not_available_on_plan",
+            ),
+            ApiError::LimitReached(_) => (
+                StatusCode::PAYMENT_REQUIRED,
+                "invalid_request_error",
+                "limit_reached",
             ),
         }
     }

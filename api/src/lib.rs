@@ -114,6 +114,7 @@ pub async fn spawn(
         ),
         metrics,
         limits: Limits::from_settings(&settings),
+        allow_private_webhooks: settings.webhooks.allow_private_addresses,
         started_at: chrono::Utc::now().timestamp(),
     };
     let openapi = openapi::document();

@@ -150,6 +150,7 @@ impl Drop for ConcurrencySlot {
 /// released when the request fails. An abandoned one expires (scheduler).
 pub struct SyncReservation {
     pub id: Uuid,
+    notifier: unigen_shared::notify::Notifier,
     org_id: Uuid,
     key_id: Uuid,
     endpoint: &'static str,
@@ -176,6 +177,7 @@ impl SyncReservation {
         .await??;
         Ok(Self {
             id,
+            notifier: state.notifier.clone(),
             org_id: caller.org_id,
             key_id: caller.key_id,
             endpoint,
@@ -217,10 +219,15 @@ impl SyncReservation {
         let mut conn = pool.get().await?;
         let conn: &mut unigen_shared::db::PgConnection = &mut conn;
         use diesel_async::AsyncConnection;
-        conn.transaction::<_, DbError, _>(async |conn| {
-            queries::billing::settle(conn, self.id, charge, multiplier, &record).await
-        })
-        .await
+        let settled = conn
+            .transaction::<_, DbError, _>(async |conn| {
+                queries::billing::settle(conn, self.id, charge, multiplier, &record).await
+            })
+            .await?;
+        if settled.as_ref().is_some_and(|s| s.events_recorded) {
+            self.notifier.events_recorded();
+        }
+        Ok(settled)
     }
 
     /// Gives everything back (the request failed).

@@ -23,6 +23,7 @@ each operation lists the scope it needs. Errors are `{\"error\": {\"message\", \
         (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
         (name = "usage", description = "Usage analytics (envelope responses)"),
+        (name = "webhooks", description = "Signed event delivery: manage webhooks, send a test event, read deliveries"),
     )
 )]
 pub struct ApiDoc;
@@ -57,6 +58,15 @@ mod tests {
         assert!(!doc.paths.paths.is_empty());
         for path in doc.paths.paths.keys() {
             assert!(path.starts_with("/api/v1/"), "{path}");
+        }
+        for path in [
+            "/api/v1/webhooks",
+            "/api/v1/webhooks/{id}",
+            "/api/v1/webhooks/{id}/rotate-secret",
+            "/api/v1/webhooks/{id}/test",
+            "/api/v1/webhooks/{id}/deliveries",
+        ] {
+            assert!(doc.paths.paths.contains_key(path), "{path} documented");
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct AppState {
     pub signer: UrlSigner,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    /// `webhooks.allow_private_addresses`: http:// and private webhook targets.
+    pub allow_private_webhooks: bool,
     /// Unix time the process started: the `created` of configured models.
     pub started_at: i64,
 }

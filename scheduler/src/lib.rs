@@ -1,6 +1,6 @@
-//! unigen's scheduler: the outbox relay, lease rescue and billing periods
-//! (later: webhook delivery, deadlines, retention). Every task is safe to
-//! run in several scheduler processes at once.
+//! unigen's scheduler: the outbox relay, lease rescue, webhook delivery and
+//! billing periods (later: deadlines, retention). Every task is safe to run
+//! in several scheduler processes at once.
 
 mod runner;
 mod tasks;
@@ -9,13 +9,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use unigen_shared::config::Settings;
 use unigen_shared::db;
-use unigen_shared::notify::Notifier;
+use unigen_shared::notify::{ListenerHub, Notifier};
 use unigen_shared::queue::{Publisher, Topology};
 
 pub use runner::{Activity, Task};
+
+/// Aborts the tasks when dropped: a `run` future dropped mid-flight (a
+/// killed scheduler, in tests) leaves no task behind.
+struct AbortOnDrop(Vec<JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for handle in &self.0 {
+            handle.abort();
+        }
+    }
+}
 
 /// Runs every task until `shutdown`; each finishes its current round first.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -51,11 +64,22 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         tick_ms = tick.as_millis() as u64,
         "scheduler started"
     );
-    let handles: Vec<_> = tasks
-        .into_iter()
-        .map(|task| tokio::spawn(runner::run_task(task, tick, shutdown.clone())))
-        .collect();
-    for handle in handles {
+    // The delivery task's wake-ups: events committed anywhere.
+    let (hub, hub_task) = ListenerHub::spawn(
+        settings.database.url.clone(),
+        settings.notify.channel.clone(),
+        shutdown.clone(),
+    );
+    let delivery = tasks::webhooks::WebhookDelivery::new(pool.clone(), settings.webhooks, hub);
+    let mut handles = AbortOnDrop(
+        tasks
+            .into_iter()
+            .map(|task| tokio::spawn(runner::run_task(task, tick, shutdown.clone())))
+            .collect(),
+    );
+    handles.0.push(tokio::spawn(delivery.run(shutdown.clone())));
+    handles.0.push(hub_task);
+    for handle in &mut handles.0 {
         let _ = handle.await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), notifier_task).await;

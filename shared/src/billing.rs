@@ -121,6 +121,8 @@ pub struct Settled {
     pub overage: i64,
     pub bucket: Option<BucketReport>,
     pub account: AccountSnapshot,
+    /// Billing events were recorded: wake webhook delivery after commit.
+    pub events_recorded: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -304,6 +306,7 @@ mod tests {
                 multiplier: 1.25,
             }),
             account: AccountSnapshot::default(),
+            events_recorded: false,
         };
         let usage = usage_object(&settled);
         assert_eq!(usage["credits_used"], 12);

@@ -78,6 +78,18 @@ pub fn generation_failed(
     )
 }
 
+/// `webhook.test`: sent by `POST /webhooks/{id}/test` to that webhook only.
+pub fn webhook_test(org_id: Uuid, webhook_id: Uuid) -> Event {
+    event(
+        org_id,
+        crate::webhooks::TEST_EVENT,
+        json!({
+            "webhookId": webhook_id,
+            "message": "A test event: your endpoint received and can verify this delivery.",
+        }),
+    )
+}
+
 /// `subscription.created` / `subscription.updated`: `subscriptionId` (the
 /// organization: one subscription each), `planCode`, `planName`, `status`.
 pub fn subscription(org_id: Uuid, plan: &Plan, kind: &str) -> Event {

@@ -59,8 +59,14 @@ fn error(field: &'static str, reason: impl Into<String>) -> FetchError {
 }
 
 /// Refuses names that resolve only to non-public addresses.
-struct GuardedResolver {
+pub(crate) struct GuardedResolver {
     allow_private: bool,
+}
+
+impl GuardedResolver {
+    pub(crate) fn new(allow_private: bool) -> Self {
+        Self { allow_private }
+    }
 }
 
 impl Resolve for GuardedResolver {

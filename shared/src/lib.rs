@@ -16,3 +16,4 @@ pub mod queue;
 pub mod search;
 pub mod storage;
 pub mod telemetry;
+pub mod webhooks;

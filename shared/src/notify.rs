@@ -8,6 +8,9 @@
 //! wait; a wake-up between the read and the wait is not lost because a watch
 //! remembers it. NOTIFY is not durable, so waiters also re-read periodically,
 //! and every watch is woken when the listener (re)connects.
+//!
+//! The same channel announces committed events: [`EVENTS_RECORDED`] (the nil
+//! id) wakes the schedulers' webhook delivery.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +28,11 @@ use uuid::Uuid;
 
 use crate::batch::Batcher;
 use crate::db::PgPool;
+
+/// The id carried by [`Notifier::events_recorded`]: watch it to learn that
+/// events (and so webhook deliveries) were committed. Job ids are UUIDv7,
+/// never nil.
+pub const EVENTS_RECORDED: Uuid = Uuid::nil();
 
 /// NOTIFY payloads must stay below 8000 bytes.
 const MAX_PAYLOAD: usize = 7900;
@@ -51,7 +59,10 @@ pub struct Notifier {
 
 impl Notifier {
     pub fn spawn(pool: PgPool, channel: String, window: Duration) -> (Self, JoinHandle<()>) {
-        let (batcher, handle) = Batcher::spawn(window, 4096, move |ids: Vec<Uuid>| {
+        let (batcher, handle) = Batcher::spawn(window, 4096, move |mut ids: Vec<Uuid>| {
+            // Many writers report the same events marker within one window.
+            ids.sort_unstable();
+            ids.dedup();
             let pool = pool.clone();
             let channel = channel.clone();
             async move {
@@ -68,6 +79,27 @@ impl Notifier {
     pub fn job_changed(&self, id: Uuid) {
         self.batcher.push(id);
     }
+
+    /// Call after a transaction that inserted events committed: wakes the
+    /// schedulers' webhook delivery (coalesced with job notifications).
+    pub fn events_recorded(&self) {
+        self.batcher.push(EVENTS_RECORDED);
+    }
+}
+
+/// For short-lived processes without a [`Notifier`] (operator commands):
+/// wakes webhook delivery at once after a commit that recorded events.
+pub async fn send_events_recorded(
+    conn: &mut diesel_async::AsyncPgConnection,
+    channel: &str,
+) -> anyhow::Result<()> {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query("SELECT pg_notify($1, $2)")
+        .bind::<Text, _>(channel)
+        .bind::<Text, _>(EVENTS_RECORDED.to_string())
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 async fn send_notifications(pool: &PgPool, channel: &str, ids: &[Uuid]) -> anyhow::Result<()> {

@@ -56,6 +56,12 @@ impl TestOptions {
         self
     }
 
+    /// No scheduler: tests start their own with [`TestApp::spawn_scheduler`].
+    pub fn without_scheduler(mut self) -> Self {
+        self.scheduler = false;
+        self
+    }
+
     pub fn with_whisper(mut self) -> Self {
         self.whisper = true;
         self
@@ -131,6 +137,8 @@ impl TestApp {
         settings.scheduler.tick_ms = 100;
         settings.scheduler.relay_after_seconds = 1;
         settings.fetch.allow_private_addresses = true;
+        // Webhook receivers in tests listen on loopback over plain http.
+        settings.webhooks.allow_private_addresses = true;
         let mut whisper_child = None;
         if options.whisper {
             let (url, child) = whisper_sidecar().await?;
@@ -378,6 +386,19 @@ impl TestApp {
             }
         }));
         token
+    }
+
+    /// Starts another scheduler process-equivalent. Abort the handle to kill
+    /// it mid-flight (its tasks die with it); it stops with the app anyway.
+    pub fn spawn_scheduler(&self, configure: impl FnOnce(&mut Settings)) -> JoinHandle<()> {
+        let mut settings = self.settings.clone();
+        configure(&mut settings);
+        let stop = self.shutdown.child_token();
+        tokio::spawn(async move {
+            if let Err(err) = unigen_scheduler::run(settings, stop).await {
+                eprintln!("scheduler stopped with an error: {err:#}");
+            }
+        })
     }
 
     /// How many times the job was claimed.

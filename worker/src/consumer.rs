@@ -144,7 +144,12 @@ async fn handle_delivery(
             })
             .await?;
         match claimed {
-            Some(job) => Ok(Ok(job)),
+            Some(job) => {
+                if job.attempt == 1 {
+                    context.notifier.events_recorded();
+                }
+                Ok(Ok(job))
+            }
             None => Ok(Err(queries::jobs::find(conn, message.job_id)
                 .await?
                 .is_some())),

@@ -184,6 +184,9 @@ async fn settle(
     match result {
         Ok(written) => {
             context.notifier.job_changed(id);
+            if written {
+                context.notifier.events_recorded();
+            }
             Some(written)
         }
         Err(err) => {

@@ -388,7 +388,7 @@ pub async fn configure_overage(
     let conn: &mut PgConnection = &mut pooled;
     let plan = queries::billing::plan_of_org(conn, caller.org_id).await?;
     if settings.enabled && plan.overage_rate_micros.is_none() {
-        return Err(ApiError::PlanForbids(format!(
+        return Err(ApiError::NotOnPlan(format!(
             "overage is not available on the {} plan",
             plan.name
         )));

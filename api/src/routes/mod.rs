@@ -17,6 +17,7 @@ mod speech;
 mod transcriptions;
 mod usage;
 mod videos;
+mod webhooks;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 
@@ -41,7 +42,15 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(billing::get_quota)
         .service(billing::get_overage_status)
         .service(billing::configure_overage)
-        .service(billing::get_account);
+        .service(billing::get_account)
+        .service(webhooks::create_webhook)
+        .service(webhooks::list_webhooks)
+        .service(webhooks::get_webhook)
+        .service(webhooks::update_webhook)
+        .service(webhooks::delete_webhook)
+        .service(webhooks::rotate_webhook_secret)
+        .service(webhooks::test_webhook)
+        .service(webhooks::list_webhook_deliveries);
 }
 
 /// Routes outside the versioned API.

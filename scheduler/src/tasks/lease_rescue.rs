@@ -46,6 +46,9 @@ impl LeaseRescue {
                 Ok(rescued)
             })
             .await?;
+        if rescued.iter().any(|job| job.status == "failed") {
+            self.notifier.events_recorded();
+        }
         for job in &rescued {
             tracing::warn!(job.id = %job.id, attempt = job.attempt, status = %job.status, "lease expired; job rescued");
             self.notifier.job_changed(job.id);

@@ -1,3 +1,4 @@
 pub mod billing;
 pub mod lease_rescue;
 pub mod relay;
+pub mod webhooks;

@@ -23,6 +23,9 @@ pub struct Settings {
     pub notify: NotifySettings,
     pub worker: WorkerSettings,
     pub scheduler: SchedulerSettings,
+    /// `[webhooks]`: delivery of signed events (see `crate::webhooks`).
+    #[serde(default)]
+    pub webhooks: crate::webhooks::WebhookSettings,
     pub local_provider: LocalProviderSettings,
     #[serde(default)]
     pub upstreams: std::collections::BTreeMap<String, UpstreamSettings>,
@@ -213,7 +216,8 @@ impl Settings {
                 .separator("__")
                 .try_parsing(true)
                 .list_separator(",")
-                .with_list_parse_key("worker.tools"),
+                .with_list_parse_key("worker.tools")
+                .with_list_parse_key("webhooks.retry_delays_ms"),
         );
         for (key, value) in overrides {
             builder = builder.set_override(*key, value.clone())?;
@@ -243,6 +247,9 @@ impl Settings {
             ));
         }
         crate::notify::validate_channel(&self.notify.channel)
+            .map_err(config::ConfigError::Message)?;
+        self.webhooks
+            .validate()
             .map_err(config::ConfigError::Message)?;
         if self.storage.backend != "local" {
             return bad(format!(

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::schema::{
     api_keys, billing_accounts, credit_transactions, events, jobs, organizations, plans,
-    quota_usage, reservations, usage_records,
+    quota_usage, reservations, usage_records, webhook_attempts, webhook_deliveries, webhooks,
 };
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -233,4 +233,75 @@ pub struct UsageRecord {
     pub completion_tokens: i64,
     pub total_tokens: i64,
     pub created_at: DateTime<Utc>,
+}
+
+/// A webhook row. `secret` is the HMAC key; views show it only when issued.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = webhooks)]
+pub struct Webhook {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub name: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub enabled: bool,
+    pub secret: String,
+    pub headers: serde_json::Value,
+    pub consecutive_failures: i32,
+    pub disabled_at: Option<DateTime<Utc>>,
+    pub disabled_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = webhooks)]
+pub struct NewWebhook<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub name: &'a str,
+    pub url: &'a str,
+    pub events: &'a [String],
+    pub enabled: bool,
+    pub secret: &'a str,
+    pub headers: &'a serde_json::Value,
+}
+
+/// Changes to a webhook; `None` leaves a field as it is.
+#[derive(Debug, Default, AsChangeset)]
+#[diesel(table_name = webhooks)]
+pub struct WebhookUpdate {
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub events: Option<Vec<String>>,
+    pub enabled: Option<bool>,
+    pub headers: Option<serde_json::Value>,
+}
+
+/// One event to be delivered to one webhook.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = webhook_deliveries)]
+pub struct WebhookDelivery {
+    pub id: Uuid,
+    pub webhook_id: Uuid,
+    pub event_id: Uuid,
+    pub status: String,
+    pub attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_status_code: Option<i32>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// A finished attempt of a delivery.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = webhook_attempts)]
+pub struct WebhookAttempt {
+    pub delivery_id: Uuid,
+    pub number: i32,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i32,
+    pub status_code: Option<i32>,
+    pub error: Option<String>,
 }

@@ -184,6 +184,50 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhooks (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        name -> Text,
+        url -> Text,
+        events -> Array<Text>,
+        enabled -> Bool,
+        secret -> Text,
+        headers -> Jsonb,
+        consecutive_failures -> Int4,
+        disabled_at -> Nullable<Timestamptz>,
+        disabled_reason -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (id) {
+        id -> Uuid,
+        webhook_id -> Uuid,
+        event_id -> Uuid,
+        status -> Text,
+        attempts -> Int4,
+        next_attempt_at -> Timestamptz,
+        last_status_code -> Nullable<Int4>,
+        last_error -> Nullable<Text>,
+        created_at -> Timestamptz,
+        completed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    webhook_attempts (delivery_id, number) {
+        delivery_id -> Uuid,
+        number -> Int4,
+        started_at -> Timestamptz,
+        duration_ms -> Int4,
+        status_code -> Nullable<Int4>,
+        error -> Nullable<Text>,
+    }
+}
+
 diesel::joinable!(organizations -> plans (plan_code));
 diesel::joinable!(events -> organizations (org_id));
 diesel::joinable!(api_keys -> organizations (org_id));
@@ -191,6 +235,10 @@ diesel::joinable!(jobs -> organizations (org_id));
 diesel::joinable!(jobs -> api_keys (api_key_id));
 diesel::joinable!(billing_accounts -> organizations (org_id));
 diesel::joinable!(usage_records -> organizations (org_id));
+diesel::joinable!(webhooks -> organizations (org_id));
+diesel::joinable!(webhook_deliveries -> webhooks (webhook_id));
+diesel::joinable!(webhook_deliveries -> events (event_id));
+diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));
 diesel::allow_tables_to_appear_in_same_query!(
     plans,
     organizations,
@@ -204,4 +252,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     usage_records,
     rate_limits,
     concurrency_slots,
+    webhooks,
+    webhook_deliveries,
+    webhook_attempts,
 );

@@ -98,6 +98,7 @@ string_enum! {
         Usage => "usage",
         Jobs => "jobs",
         Agents => "agents",
+        Webhooks => "webhooks",
     }
 }
 

@@ -15,3 +15,4 @@ mod replicate;
 mod sdk;
 mod tools;
 mod usage;
+mod webhooks;

@@ -469,6 +469,7 @@ pub async fn settle(
         )
         .await?;
     }
+    let mut events_recorded = false;
     let bucket = match reservation
         .bucket
         .as_deref()
@@ -487,7 +488,7 @@ pub async fn settle(
             let remaining = bucket
                 .limit(&plan)
                 .map(|limit| (limit * 1000 - row.used_milli - row.reserved_milli).max(0));
-            notify_bucket(conn, &row, bucket, bucket.limit(&plan)).await?;
+            events_recorded |= notify_bucket(conn, &row, bucket, bucket.limit(&plan)).await?;
             Some(BucketReport {
                 bucket,
                 used_milli: charge.bucket_milli.max(0),
@@ -505,7 +506,7 @@ pub async fn settle(
         },
     )
     .await?;
-    notify_credits(conn, &account, &plan).await?;
+    events_recorded |= notify_credits(conn, &account, &plan).await?;
     Ok(Some(Settled {
         credits,
         from_included,
@@ -513,6 +514,7 @@ pub async fn settle(
         overage,
         bucket,
         account: snapshot(&account, &plan),
+        events_recorded,
     }))
 }
 
@@ -532,9 +534,9 @@ async fn notify_bucket(
     row: &QuotaUsage,
     bucket: Bucket,
     limit: Option<i64>,
-) -> Result<(), DbError> {
+) -> Result<bool, DbError> {
     let Some(limit) = limit.filter(|l| *l > 0) else {
-        return Ok(());
+        return Ok(false);
     };
     let remaining_milli = (limit * 1000 - row.used_milli).max(0);
     let key = quota_usage::table.find((row.org_id, row.period_start, bucket.as_str()));
@@ -548,6 +550,7 @@ async fn notify_bucket(
             .await?;
         let event = events::credits_depleted(row.org_id, bucket.as_str(), limit);
         queries::events::insert(conn, &event).await?;
+        return Ok(true);
     } else if remaining_milli * 100 < limit * 1000 * LOW_PERCENT && !row.low_notified {
         diesel::update(key)
             .set(quota_usage::low_notified.eq(true))
@@ -561,8 +564,9 @@ async fn notify_bucket(
             row.used_milli,
         );
         queries::events::insert(conn, &event).await?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// The same notifications for the credit balance, plus the overage soft
@@ -571,7 +575,7 @@ async fn notify_credits(
     conn: &mut AsyncPgConnection,
     account: &BillingAccount,
     plan: &Plan,
-) -> Result<(), DbError> {
+) -> Result<bool, DbError> {
     let org_id = account.org_id;
     let key = billing_accounts::table.find(org_id);
     let remaining = (account.included_remaining + account.purchased_balance).max(0);
@@ -624,7 +628,7 @@ async fn notify_credits(
     for event in &recorded {
         queries::events::insert(conn, event).await?;
     }
-    Ok(())
+    Ok(!recorded.is_empty())
 }
 
 /// Adds purchased credits (a `purchase` transaction).

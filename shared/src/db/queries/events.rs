@@ -1,6 +1,7 @@
 //! The event outbox: written inside the transactions that change state.
 
 use diesel::prelude::*;
+use diesel::sql_types::{Jsonb, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
@@ -8,11 +9,26 @@ use crate::db::DbError;
 use crate::db::models::Event;
 use crate::db::schema::events;
 
+/// Records an event and, in the same statement (so the same transaction and
+/// one round trip), a pending delivery for every enabled webhook of its
+/// organization subscribed to its kind. Call `Notifier::events_recorded`
+/// after the commit so delivery starts at once.
 pub async fn insert(conn: &mut AsyncPgConnection, event: &Event) -> Result<(), DbError> {
-    diesel::insert_into(events::table)
-        .values(event)
-        .execute(conn)
-        .await?;
+    diesel::sql_query(
+        "WITH event AS ( \
+           INSERT INTO events (id, org_id, type, data, created_at) VALUES ($1, $2, $3, $4, $5) \
+           RETURNING id, org_id, type) \
+         INSERT INTO webhook_deliveries (id, webhook_id, event_id) \
+         SELECT gen_random_uuid(), w.id, event.id FROM event \
+           JOIN webhooks w ON w.org_id = event.org_id AND w.enabled AND event.type = ANY(w.events)",
+    )
+    .bind::<SqlUuid, _>(event.id)
+    .bind::<SqlUuid, _>(event.org_id)
+    .bind::<Text, _>(&event.kind)
+    .bind::<Jsonb, _>(&event.data)
+    .bind::<Timestamptz, _>(event.created_at)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

@@ -7,3 +7,4 @@ pub mod keys;
 pub mod limits;
 pub mod orgs;
 pub mod usage;
+pub mod webhooks;

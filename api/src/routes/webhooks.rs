@@ -1,0 +1,489 @@
+//! Webhook management (scope `webhooks`): create, list, read, update,
+//! delete, rotate the secret, send a test event, list deliveries.
+
+use std::collections::HashMap;
+
+use actix_web::{HttpResponse, delete, get, patch, post, web};
+use chrono::{DateTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use unigen_shared::db::models::{NewWebhook, Webhook, WebhookUpdate};
+use unigen_shared::db::queries::webhooks::{CreateOutcome, DeliveryLog};
+use unigen_shared::db::{DbError, queries};
+use unigen_shared::domain::Scope;
+use unigen_shared::{events, webhooks};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::json_body;
+use crate::state::AppState;
+
+/// Body of `POST /webhooks` (all but `enabled` and `headers` required) and
+/// `PATCH /webhooks/{id}` (any subset).
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct WebhookRequest {
+    /// At most 100 characters.
+    pub name: Option<String>,
+    /// HTTPS URL that receives the POSTs.
+    #[schema(example = "https://example.com/hooks/unigen")]
+    pub url: Option<String>,
+    /// Event kinds to receive, e.g. `generation.completed`.
+    pub events: Option<Vec<String>>,
+    /// Default true. `true` on PATCH also re-enables an automatically
+    /// disabled webhook and resets its failure count.
+    pub enabled: Option<bool>,
+    /// Custom request headers (name -> value); `x-service-*`, `content-type`,
+    /// `content-length`, `host`, `transfer-encoding` and `connection` are reserved.
+    #[schema(value_type = Option<Object>)]
+    pub headers: Option<Value>,
+}
+
+/// A webhook. `secret` appears only when issued (create, rotate-secret).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct WebhookView {
+    pub id: Uuid,
+    pub name: String,
+    pub url: String,
+    pub events: Vec<String>,
+    pub enabled: bool,
+    #[schema(value_type = Object)]
+    pub headers: Value,
+    /// Deliveries that failed since the last successful one.
+    pub consecutive_failures: i32,
+    /// Set when the webhook was disabled after consecutive failed deliveries.
+    pub disabled_at: Option<DateTime<Utc>>,
+    pub disabled_reason: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The signing key (HMAC-SHA256); store it now, it is not shown again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl WebhookView {
+    fn new(webhook: Webhook, show_secret: bool) -> Self {
+        Self {
+            id: webhook.id,
+            name: webhook.name,
+            url: webhook.url,
+            events: webhook.events,
+            enabled: webhook.enabled,
+            headers: webhook.headers,
+            consecutive_failures: webhook.consecutive_failures,
+            disabled_at: webhook.disabled_at,
+            disabled_reason: webhook.disabled_reason,
+            created_at: webhook.created_at,
+            updated_at: webhook.updated_at,
+            secret: show_secret.then_some(webhook.secret),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct WebhookList {
+    pub webhooks: Vec<WebhookView>,
+}
+
+/// The answer to `POST /webhooks/{id}/test`: the event queued for delivery.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TestEventQueued {
+    pub event_id: Uuid,
+    #[schema(example = "webhook.test")]
+    pub event_type: String,
+}
+
+/// One finished attempt of a delivery.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AttemptView {
+    pub number: i32,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i32,
+    /// The receiver's status; absent when there was no answer.
+    pub status_code: Option<i32>,
+    /// Why there was no (2xx) answer: timeout, connection failure...
+    pub error: Option<String>,
+}
+
+/// One event's delivery to the webhook.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeliveryView {
+    pub id: Uuid,
+    pub event_id: Uuid,
+    pub event_type: String,
+    /// `pending`, `succeeded` or `failed`.
+    pub status: String,
+    /// Attempts started so far.
+    pub attempt_count: i32,
+    /// When the next attempt starts; only while `pending`.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_status_code: Option<i32>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub attempts: Vec<AttemptView>,
+}
+
+impl From<DeliveryLog> for DeliveryView {
+    fn from(log: DeliveryLog) -> Self {
+        let d = log.delivery;
+        Self {
+            id: d.id,
+            event_id: d.event_id,
+            event_type: log.event_type,
+            next_attempt_at: (d.status == "pending").then_some(d.next_attempt_at),
+            status: d.status,
+            attempt_count: d.attempts,
+            last_status_code: d.last_status_code,
+            last_error: d.last_error,
+            created_at: d.created_at,
+            completed_at: d.completed_at,
+            attempts: log
+                .attempts
+                .into_iter()
+                .map(|a| AttemptView {
+                    number: a.number,
+                    started_at: a.started_at,
+                    duration_ms: a.duration_ms,
+                    status_code: a.status_code,
+                    error: a.error,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeliveryList {
+    pub deliveries: Vec<DeliveryView>,
+}
+
+fn not_found(raw_id: &str) -> ApiError {
+    ApiError::NotFound(format!("webhook {raw_id} not found"))
+}
+
+/// Unparseable ids are unknown webhooks, like another organization's.
+fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
+    raw.parse().map_err(|_| not_found(raw))
+}
+
+/// Register a webhook; the answer carries its signing secret, shown only here.
+#[utoipa::path(
+    tag = "webhooks",
+    request_body = WebhookRequest,
+    responses(
+        (status = 201, body = WebhookView),
+        (status = 400, description = "Invalid field; `param` names it (`url` not https, unknown `events` kind...)", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 402, description = "The plan's webhook limit is reached", body = ErrorBody),
+        (status = 403, description = "Missing scope `webhooks`, or no webhooks on the plan", body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[post("/webhooks")]
+pub async fn create_webhook(
+    state: web::Data<AppState>,
+    caller: Caller,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let request: WebhookRequest = json_body(&body)?;
+    let name = webhooks::validate_name(request.name.as_deref())?;
+    let url = webhooks::validate_url(request.url.as_deref(), state.allow_private_webhooks)?;
+    let kinds = webhooks::validate_events(request.events.as_deref())?;
+    let headers = webhooks::validate_headers(request.headers.as_ref())?;
+    let secret = webhooks::generate_secret().map_err(ApiError::internal)?;
+    let new = NewWebhook {
+        id: Uuid::now_v7(),
+        org_id: caller.org_id,
+        name: &name,
+        url: &url,
+        events: &kinds,
+        enabled: request.enabled.unwrap_or(true),
+        secret: &secret,
+        headers: &headers,
+    };
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    match queries::webhooks::create_within_plan(&mut conn, &new).await? {
+        CreateOutcome::Created(webhook) => {
+            Ok(HttpResponse::Created().json(WebhookView::new(*webhook, true)))
+        }
+        CreateOutcome::NotOnPlan { plan } => Err(ApiError::NotOnPlan(format!(
+            "Webhooks are not available on the {plan} plan"
+        ))),
+        CreateOutcome::LimitReached { plan, max } => Err(ApiError::LimitReached(format!(
+            "Webhook limit reached: the {plan} plan allows {max} webhooks"
+        ))),
+    }
+}
+
+/// List the organization's webhooks (without secrets).
+#[utoipa::path(
+    tag = "webhooks",
+    responses(
+        (status = 200, body = WebhookList),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[get("/webhooks")]
+pub async fn list_webhooks(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let webhooks = queries::webhooks::list_for_org(&mut conn, caller.org_id).await?;
+    Ok(HttpResponse::Ok().json(WebhookList {
+        webhooks: webhooks
+            .into_iter()
+            .map(|w| WebhookView::new(w, false))
+            .collect(),
+    }))
+}
+
+/// Read a webhook (without its secret).
+#[utoipa::path(
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses(
+        (status = 200, body = WebhookView),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, description = "Unknown webhook (another organization's included)", body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[get("/webhooks/{id}")]
+pub async fn get_webhook(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let id = parse_id(&path)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let webhook = queries::webhooks::find_for_org(&mut conn, caller.org_id, id)
+        .await?
+        .ok_or_else(|| not_found(&path))?;
+    Ok(HttpResponse::Ok().json(WebhookView::new(webhook, false)))
+}
+
+/// Change any of the create fields; `enabled: true` re-enables a webhook
+/// disabled after failed deliveries and resets its failure count.
+#[utoipa::path(
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Webhook id")),
+    request_body = WebhookRequest,
+    responses(
+        (status = 200, body = WebhookView),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[patch("/webhooks/{id}")]
+pub async fn update_webhook(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let id = parse_id(&path)?;
+    let request: WebhookRequest = json_body(&body)?;
+    let changes = WebhookUpdate {
+        name: match &request.name {
+            Some(name) => Some(webhooks::validate_name(Some(name.as_str()))?),
+            None => None,
+        },
+        url: match &request.url {
+            Some(url) => Some(webhooks::validate_url(
+                Some(url.as_str()),
+                state.allow_private_webhooks,
+            )?),
+            None => None,
+        },
+        events: match &request.events {
+            Some(kinds) => Some(webhooks::validate_events(Some(kinds.as_slice()))?),
+            None => None,
+        },
+        enabled: request.enabled,
+        headers: match &request.headers {
+            Some(headers) => Some(webhooks::validate_headers(Some(headers))?),
+            None => None,
+        },
+    };
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let webhook = queries::webhooks::update(&mut conn, caller.org_id, id, changes)
+        .await?
+        .ok_or_else(|| not_found(&path))?;
+    if webhook.enabled {
+        // Deliveries paused while it was disabled are due again.
+        state.notifier.events_recorded();
+    }
+    Ok(HttpResponse::Ok().json(WebhookView::new(webhook, false)))
+}
+
+/// Delete a webhook with its delivery history; pending deliveries are dropped.
+#[utoipa::path(
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[delete("/webhooks/{id}")]
+pub async fn delete_webhook(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let id = parse_id(&path)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    if queries::webhooks::delete(&mut conn, caller.org_id, id).await? {
+        Ok(HttpResponse::NoContent().finish())
+    } else {
+        Err(not_found(&path))
+    }
+}
+
+/// Issue a new signing secret (shown once); the old one stops at once.
+#[utoipa::path(
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses(
+        (status = 200, body = WebhookView),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[post("/webhooks/{id}/rotate-secret")]
+pub async fn rotate_webhook_secret(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let id = parse_id(&path)?;
+    let secret = webhooks::generate_secret().map_err(ApiError::internal)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let webhook = queries::webhooks::rotate_secret(&mut conn, caller.org_id, id, &secret)
+        .await?
+        .ok_or_else(|| not_found(&path))?;
+    Ok(HttpResponse::Ok().json(WebhookView::new(webhook, true)))
+}
+
+/// Send a `webhook.test` event to this webhook only (delivered, signed and
+/// retried like any other event).
+#[utoipa::path(
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Webhook id")),
+    responses(
+        (status = 202, body = TestEventQueued),
+        (status = 400, description = "The webhook is disabled", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[post("/webhooks/{id}/test")]
+pub async fn test_webhook(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let id = parse_id(&path)?;
+    let mut pooled = state.pool.get().await.map_err(DbError::from)?;
+    let conn: &mut AsyncPgConnection = &mut pooled;
+    let webhook = queries::webhooks::find_for_org(conn, caller.org_id, id)
+        .await?
+        .ok_or_else(|| not_found(&path))?;
+    if !webhook.enabled {
+        return Err(ApiError::BadRequest(
+            "the webhook is disabled; enable it (PATCH enabled=true) to send a test event".into(),
+        ));
+    }
+    let event = events::webhook_test(caller.org_id, webhook.id);
+    conn.transaction::<_, DbError, _>(async |conn| {
+        // Nobody subscribes to `webhook.test`: the insert fans out to no one.
+        queries::events::insert(conn, &event).await?;
+        queries::webhooks::insert_delivery(conn, webhook.id, event.id).await
+    })
+    .await?;
+    state.notifier.events_recorded();
+    Ok(HttpResponse::Accepted().json(TestEventQueued {
+        event_id: event.id,
+        event_type: event.kind,
+    }))
+}
+
+/// A webhook's recent deliveries, newest first, with their attempts.
+#[utoipa::path(
+    tag = "webhooks",
+    params(
+        ("id" = String, Path, description = "Webhook id"),
+        ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
+        ("status" = Option<String>, Query, description = "pending, succeeded or failed"),
+    ),
+    responses(
+        (status = 200, body = DeliveryList),
+        (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[get("/webhooks/{id}/deliveries")]
+pub async fn list_webhook_deliveries(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    query: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let id = parse_id(&path)?;
+    let limit = match query.get("limit") {
+        None => 20,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=100).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "limit must be an integer from 1 to 100, got `{raw}`"
+                ))
+            })?,
+    };
+    let status = match query.get("status").map(String::as_str) {
+        None => None,
+        Some(s @ ("pending" | "succeeded" | "failed")) => Some(s),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "status must be pending, succeeded or failed, got `{other}`"
+            )));
+        }
+    };
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    queries::webhooks::find_for_org(&mut conn, caller.org_id, id)
+        .await?
+        .ok_or_else(|| not_found(&path))?;
+    let logs = queries::webhooks::recent_deliveries(&mut conn, id, status, limit).await?;
+    Ok(HttpResponse::Ok().json(DeliveryList {
+        deliveries: logs.into_iter().map(DeliveryView::from).collect(),
+    }))
+}

@@ -1,0 +1,191 @@
+//! Webhook delivery: claims due deliveries (several schedulers share the
+//! work through SKIP LOCKED and a lease), POSTs each signed event with a
+//! bounded number in flight, and records every attempt.
+//!
+//! A delivery's first attempt starts when the event's commit is announced
+//! ([`EVENTS_RECORDED`]); retries start when they fall due: the loop sleeps
+//! until the earliest `next_attempt_at`, at most `poll_seconds` (the safety
+//! net for a lost notification).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use unigen_shared::db::queries::webhooks::{self as queries, ClaimedDelivery, Settled};
+use unigen_shared::db::{DbError, PgPool};
+use unigen_shared::notify::{EVENTS_RECORDED, ListenerHub};
+use unigen_shared::webhooks::{DeliveryClient, SignedRequest, WebhookSettings};
+
+/// Shortest sleep when something is already due but was not claimable
+/// (another scheduler holds it for the moment): never spin.
+const MIN_PAUSE: Duration = Duration::from_millis(50);
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+pub struct WebhookDelivery {
+    pool: PgPool,
+    client: DeliveryClient,
+    settings: WebhookSettings,
+    hub: ListenerHub,
+}
+
+impl WebhookDelivery {
+    pub fn new(pool: PgPool, settings: WebhookSettings, hub: ListenerHub) -> Self {
+        Self {
+            pool,
+            client: DeliveryClient::new(&settings),
+            settings,
+            hub,
+        }
+    }
+
+    /// Delivers until `shutdown`, then lets attempts in flight finish (they
+    /// are bounded by the attempt timeout). Dropping this future aborts them:
+    /// their leases expire and another round retries them.
+    pub async fn run(self, shutdown: CancellationToken) {
+        // Subscribed before the first claim: a wake-up during a round is kept.
+        let mut wake = self.hub.subscribe(EVENTS_RECORDED);
+        let mut in_flight = JoinSet::new();
+        let poll = Duration::from_secs(self.settings.poll_seconds.max(1));
+        while !shutdown.is_cancelled() {
+            let free = self.settings.concurrency.saturating_sub(in_flight.len());
+            let pause = if free == 0 {
+                poll
+            } else {
+                match self.claim_and_start(free, &mut in_flight).await {
+                    // A full batch: more may be due at once.
+                    Ok(claimed) if claimed == free => continue,
+                    Ok(_) => self.until_next_due(poll).await,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "claiming webhook deliveries failed");
+                        ERROR_PAUSE
+                    }
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = wake.changed() => {}
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+        let drain = async { while in_flight.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(self.settings.lease(), drain).await;
+    }
+
+    async fn claim_and_start(
+        &self,
+        limit: usize,
+        in_flight: &mut JoinSet<()>,
+    ) -> Result<usize, DbError> {
+        let claimed = {
+            let mut conn = self.pool.get().await?;
+            queries::claim_due(&mut conn, limit as i64, self.settings.lease()).await?
+        };
+        let count = claimed.len();
+        for delivery in claimed {
+            let (pool, client, settings) = (
+                self.pool.clone(),
+                self.client.clone(),
+                self.settings.clone(),
+            );
+            in_flight.spawn(attempt(pool, client, settings, delivery));
+        }
+        Ok(count)
+    }
+
+    /// How long to sleep: until the earliest pending delivery falls due,
+    /// at least [`MIN_PAUSE`], at most `poll`.
+    async fn until_next_due(&self, poll: Duration) -> Duration {
+        let next = async {
+            let mut conn = self.pool.get().await?;
+            queries::next_due_at(&mut conn).await
+        }
+        .await;
+        match next {
+            Ok(Some(at)) => (at - Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .clamp(MIN_PAUSE, poll),
+            Ok(None) => poll,
+            Err(err) => {
+                tracing::warn!(error = %err, "reading the next webhook due time failed");
+                ERROR_PAUSE
+            }
+        }
+    }
+}
+
+/// One attempt: POST, then record what happened. If recording fails the
+/// lease runs out and the delivery is attempted again (receivers dedupe on
+/// the event id).
+#[tracing::instrument(skip_all, fields(
+    webhook.id = %delivery.webhook_id,
+    delivery.id = %delivery.delivery_id,
+    event.id = %delivery.event_id,
+    attempt = delivery.attempt,
+))]
+async fn attempt(
+    pool: PgPool,
+    client: DeliveryClient,
+    settings: WebhookSettings,
+    delivery: ClaimedDelivery,
+) {
+    let started_at = Utc::now();
+    let event = delivery.event();
+    let outcome = client
+        .attempt(&SignedRequest {
+            url: &delivery.url,
+            secret: &delivery.secret,
+            custom_headers: &delivery.headers,
+            event: &event,
+        })
+        .await;
+    let recorded = async {
+        let mut conn = pool.get().await?;
+        queries::record_attempt(&mut conn, &delivery, started_at, &outcome, &settings).await
+    }
+    .await;
+    let duration_ms = outcome.duration.as_millis() as u64;
+    let status_code = outcome.status_code;
+    let error = outcome.error.as_deref();
+    match recorded {
+        Ok(Settled::Succeeded) => {
+            tracing::info!(duration_ms, status_code, "webhook delivered");
+        }
+        Ok(Settled::RetryScheduled) => {
+            tracing::warn!(
+                duration_ms,
+                status_code,
+                error,
+                "webhook attempt failed; retry scheduled"
+            );
+        }
+        Ok(Settled::Failed { disabled }) => {
+            tracing::warn!(
+                duration_ms,
+                status_code,
+                error,
+                disabled,
+                "webhook delivery failed for good"
+            );
+        }
+        Ok(Settled::Deleted) => {
+            tracing::info!(
+                duration_ms,
+                status_code,
+                "the webhook was deleted during the attempt"
+            );
+        }
+        Ok(Settled::Stale) => {
+            tracing::info!(
+                duration_ms,
+                status_code,
+                "attempt finished after its lease; another attempt owns the delivery"
+            );
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "recording a webhook attempt failed; the lease will expire and the delivery be retried");
+        }
+    }
+}
