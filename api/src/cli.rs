@@ -53,10 +53,37 @@ enum AdminCommand {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// Plans and their limits.
+    Plan {
+        #[command(subcommand)]
+        command: PlanCommand,
+    },
     /// Credits: purchases and balances.
     Credits {
         #[command(subcommand)]
         command: CreditsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PlanCommand {
+    /// Every plan with its limits.
+    List,
+    /// Change a plan's limits (for every organization on it, at once).
+    Set {
+        #[arg(long)]
+        code: String,
+        #[arg(long)]
+        included_credits: Option<i64>,
+        /// Requests per minute per key.
+        #[arg(long)]
+        rate_limit: Option<i32>,
+        /// Concurrent consuming requests per organization.
+        #[arg(long)]
+        concurrent: Option<i32>,
+        /// A quota bucket: `<bucket>=<units>` or `<bucket>=unlimited` (repeatable).
+        #[arg(long = "bucket")]
+        buckets: Vec<String>,
     },
 }
 
@@ -218,6 +245,45 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
             json!({ "org": org, "plan": plan, "included_credits": account.included_credits,
                     "included_remaining": account.included_remaining })
         }
+        AdminCommand::Plan {
+            command: PlanCommand::List,
+        } => json!(
+            queries::orgs::list_plans(&mut conn)
+                .await?
+                .iter()
+                .map(plan_json)
+                .collect::<Vec<_>>()
+        ),
+        AdminCommand::Plan {
+            command:
+                PlanCommand::Set {
+                    code,
+                    included_credits,
+                    rate_limit,
+                    concurrent,
+                    buckets,
+                },
+        } => {
+            let mut change = queries::orgs::PlanChange {
+                included_credits,
+                rate_limit_per_minute: rate_limit,
+                concurrent_requests: concurrent,
+                ..Default::default()
+            };
+            for entry in &buckets {
+                apply_bucket_change(&mut change, entry)?;
+            }
+            if included_credits.is_some_and(|n| n < 0)
+                || rate_limit.is_some_and(|n| n < 1)
+                || concurrent.is_some_and(|n| n < 1)
+            {
+                bail!("limits must be positive (credits may be 0)");
+            }
+            match queries::orgs::update_plan(&mut conn, &code, &change).await? {
+                Some(plan) => plan_json(&plan),
+                None => bail!("unknown plan `{code}`"),
+            }
+        }
         AdminCommand::Credits {
             command: CreditsCommand::Add { org, credits, note },
         } => {
@@ -307,6 +373,54 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     Ok(())
 }
 
+fn plan_json(plan: &unigen_shared::db::models::Plan) -> serde_json::Value {
+    use unigen_shared::billing::Bucket;
+    let buckets: serde_json::Map<String, serde_json::Value> = Bucket::ALL
+        .iter()
+        .map(|b| (b.as_str().to_owned(), json!(b.limit(plan))))
+        .collect();
+    json!({
+        "code": plan.code,
+        "name": plan.name,
+        "included_credits": plan.included_credits,
+        "overage_rate_usd": plan.overage_rate_micros.map(unigen_shared::billing::usd),
+        "rate_limit_per_minute": plan.rate_limit_per_minute,
+        "concurrent_requests": plan.concurrent_requests,
+        "buckets": buckets,
+    })
+}
+
+/// `--bucket tts_chars=500000` or `--bucket chat_tokens=unlimited`.
+fn apply_bucket_change(change: &mut queries::orgs::PlanChange, entry: &str) -> anyhow::Result<()> {
+    use unigen_shared::billing::Bucket;
+    let (name, value) = entry.split_once('=').ok_or_else(|| {
+        anyhow::anyhow!("--bucket `{entry}`: expected <bucket>=<units|unlimited>")
+    })?;
+    let bucket: Bucket = name.parse().map_err(|e| anyhow::anyhow!("--bucket: {e}"))?;
+    let limit = match value {
+        "unlimited" => None,
+        units => Some(
+            units
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| anyhow::anyhow!("--bucket `{entry}`: units must be >= 0"))?,
+        ),
+    };
+    let slot = match bucket {
+        Bucket::ChatTokens => &mut change.chat_tokens,
+        Bucket::ImageGenerations => &mut change.image_generations,
+        Bucket::VideoSeconds => &mut change.video_seconds,
+        Bucket::SttSeconds => &mut change.stt_seconds,
+        Bucket::TtsChars => &mut change.tts_chars,
+        Bucket::ImageEdits => &mut change.image_edits,
+        Bucket::MusicTracks => &mut change.music_tracks,
+        Bucket::AgentRuns => &mut change.agent_runs,
+    };
+    *slot = Some(limit);
+    Ok(())
+}
+
 /// Webhook delivery starts at once for the events just committed (the
 /// schedulers' periodic check would find them too, later).
 async fn wake_webhooks(conn: &mut diesel_async::AsyncPgConnection, settings: &Settings) {
@@ -349,6 +463,19 @@ fn parse_expiry(raw: &str) -> anyhow::Result<DateTime<Utc>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bucket_changes_take_units_or_unlimited_and_name_bad_input() {
+        let mut change = queries::orgs::PlanChange::default();
+        apply_bucket_change(&mut change, "tts_chars=500000").unwrap();
+        apply_bucket_change(&mut change, "chat_tokens=unlimited").unwrap();
+        assert_eq!(change.tts_chars, Some(Some(500_000)));
+        assert_eq!(change.chat_tokens, Some(None));
+        assert_eq!(change.image_edits, None, "untouched");
+        assert!(apply_bucket_change(&mut change, "tts_chars").is_err());
+        assert!(apply_bucket_change(&mut change, "tts_chars=-1").is_err());
+        assert!(apply_bucket_change(&mut change, "pixels=5").is_err());
+    }
 
     #[test]
     fn expiry_accepts_dates_and_rfc3339_in_the_future_only() {
