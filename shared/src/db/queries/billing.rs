@@ -63,9 +63,38 @@ pub async fn lock_account(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
 ) -> Result<(BillingAccount, Plan), DbError> {
+    // Two statements in the common case. (Joining the plan into the locking
+    // SELECT would lock the plan's row too: every organization on the plan
+    // would then wait on each other.)
     let plan = plan_of_org(conn, org_id).await?;
+    let found: Option<BillingAccount> = billing_accounts::table
+        .find(org_id)
+        .for_update()
+        .select(BillingAccount::as_select())
+        .first(conn)
+        .await
+        .optional()?;
     let now = Utc::now();
     let (start, end) = period_containing(now);
+    let mut account = match found {
+        Some(account) => account,
+        None => create_account(conn, &plan, start, end, org_id).await?,
+    };
+    if account.period_end <= now {
+        account = roll_over(conn, account, &plan, start, end).await?;
+    }
+    Ok((account, plan))
+}
+
+/// The first look at an organization's billing: its account and the
+/// period's `allocation` (a concurrent first look waits, then finds it).
+async fn create_account(
+    conn: &mut AsyncPgConnection,
+    plan: &Plan,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    org_id: Uuid,
+) -> Result<BillingAccount, DbError> {
     let created = diesel::insert_into(billing_accounts::table)
         .values((
             billing_accounts::org_id.eq(org_id),
@@ -77,7 +106,7 @@ pub async fn lock_account(
         .on_conflict_do_nothing()
         .execute(conn)
         .await?;
-    let mut account: BillingAccount = billing_accounts::table
+    let account: BillingAccount = billing_accounts::table
         .find(org_id)
         .for_update()
         .select(BillingAccount::as_select())
@@ -94,10 +123,7 @@ pub async fn lock_account(
         )
         .await?;
     }
-    if account.period_end <= now {
-        account = roll_over(conn, account, &plan, start, end).await?;
-    }
-    Ok((account, plan))
+    Ok(account)
 }
 
 fn period_label(start: DateTime<Utc>) -> String {
@@ -200,6 +226,16 @@ async fn quota_row(
     period_start: DateTime<Utc>,
     bucket: Bucket,
 ) -> Result<QuotaUsage, DbError> {
+    let key = (org_id, period_start, bucket.as_str());
+    if let Some(row) = quota_usage::table
+        .find(key)
+        .select(QuotaUsage::as_select())
+        .first(conn)
+        .await
+        .optional()?
+    {
+        return Ok(row);
+    }
     diesel::insert_into(quota_usage::table)
         .values((
             quota_usage::org_id.eq(org_id),
@@ -210,7 +246,7 @@ async fn quota_row(
         .execute(conn)
         .await?;
     Ok(quota_usage::table
-        .find((org_id, period_start, bucket.as_str()))
+        .find(key)
         .select(QuotaUsage::as_select())
         .first(conn)
         .await?)
@@ -246,10 +282,12 @@ pub async fn reserve(
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<Result<(), Refusal>, DbError> {
     let (account, plan) = lock_account(conn, org_id).await?;
+    let mut bucket_row_exists = false;
     if let Some((bucket, milli)) = estimate.bucket
         && let Some(limit) = bucket.limit(&plan)
     {
         let row = quota_row(conn, org_id, account.period_start, bucket).await?;
+        bucket_row_exists = true;
         let remaining = limit * 1000 - row.used_milli - row.reserved_milli;
         if limit == 0 || milli > remaining {
             return Ok(Err(Refusal::Quota {
@@ -284,7 +322,9 @@ pub async fn reserve(
         .await?;
     let (bucket, bucket_milli) = match estimate.bucket {
         Some((bucket, milli)) => {
-            quota_row(conn, org_id, account.period_start, bucket).await?;
+            if !bucket_row_exists {
+                quota_row(conn, org_id, account.period_start, bucket).await?;
+            }
             diesel::update(quota_usage::table.find((
                 org_id,
                 account.period_start,
