@@ -195,7 +195,7 @@ async fn a_concurrent_burst_admits_exactly_the_rate_and_refuses_the_rest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_beyond_the_plan_are_refused_and_the_slot_is_freed() {
-    let app = TestApp::spawn_with(
+    let mut app = TestApp::spawn_with(
         TestOptions::default().configure(|s| s.local_provider.latency_ms = 1_500),
     )
     .await;
@@ -225,6 +225,37 @@ async fn concurrent_requests_beyond_the_plan_are_refused_and_the_slot_is_freed()
     assert_eq!(app.db.scalar_i64(HELD_SLOTS).await, 0, "no slot is held");
     let (status, body) = sync_image(&app, &app.key, 1).await;
     assert_eq!(status, 200, "a request after both finished: {body}");
+
+    // Two slots, six simultaneous requests over two API processes: two pass.
+    app.sql("UPDATE plans SET concurrent_requests = 2 WHERE code = 'pro'")
+        .await;
+    let other_api = app.spawn_extra_api().await;
+    let jobs_before = app.count_jobs().await;
+    let requests: Vec<_> = (0..6)
+        .map(|i| {
+            let base = if i % 2 == 0 {
+                &app.base_url
+            } else {
+                &other_api
+            };
+            tokio::spawn(
+                app.client
+                    .post(format!("{base}/api/v1/images/generations"))
+                    .bearer_auth(&app.key)
+                    .json(&json!({"prompt": "crowd", "size": "512x512"}))
+                    .send(),
+            )
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for request in requests {
+        let response = request.await.expect("request task").expect("POST");
+        statuses.push(response.status().as_u16());
+    }
+    statuses.sort();
+    assert_eq!(statuses, [200, 200, 429, 429, 429, 429]);
+    assert_eq!(app.count_jobs().await, jobs_before + 2);
+    assert_eq!(app.db.scalar_i64(HELD_SLOTS).await, 0, "all slots freed");
 }
 
 const HELD_SLOTS: &str = "SELECT count(*) FROM concurrency_slots WHERE holder IS NOT NULL";
