@@ -144,11 +144,23 @@ async fn the_rate_limit_holds_across_two_api_processes_and_is_per_key() {
         let response = send(i, second.clone()).await;
         assert_eq!(response.status(), 200, "second key, request {i}");
     }
+    let refused = send(0, second.clone()).await;
+    assert_eq!(refused.status(), 429, "second key over its rate");
+
+    // Retry-After is accurate: once it has passed, one more request is
+    // admitted (one emission interval's worth), and the next is refused.
+    let retry_after: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(retry_after)).await;
     assert_eq!(
-        send(0, second).await.status(),
-        429,
-        "second key over its rate"
+        send(1, second.clone()).await.status(),
+        200,
+        "after Retry-After"
     );
+    assert_eq!(send(0, second).await.status(), 429, "one interval only");
 }
 
 /// Concurrent bursts on new keys, split over two processes: exactly the
@@ -265,7 +277,7 @@ const HELD_SLOTS: &str = "SELECT count(*) FROM concurrency_slots WHERE holder IS
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_is_sent_only_once_its_concurrency_slot_is_released() {
     let app = TestApp::spawn_with(
-        TestOptions::default().configure(|s| s.local_provider.latency_ms = 1_000),
+        TestOptions::default().configure(|s| s.local_provider.latency_ms = 3_000),
     )
     .await;
     let mut request = tokio::spawn(
@@ -277,12 +289,17 @@ async fn a_response_is_sent_only_once_its_concurrency_slot_is_released() {
     );
     wait_for_scalar(&app, HELD_SLOTS, 1, "the request holds a slot").await;
     let locker = app.db.client().await;
-    locker
-        .batch_execute("BEGIN; SELECT 1 FROM concurrency_slots WHERE holder IS NOT NULL FOR UPDATE")
+    locker.batch_execute("BEGIN").await.expect("BEGIN");
+    let locked = locker
+        .query(
+            "SELECT 1 FROM concurrency_slots WHERE holder IS NOT NULL FOR UPDATE",
+            &[],
+        )
         .await
         .expect("locking the held slot");
+    assert_eq!(locked.len(), 1, "the slot is still held by the request");
     // The job finishes meanwhile; the release waits for the lock.
-    let early = tokio::time::timeout(Duration::from_secs(4), &mut request).await;
+    let early = tokio::time::timeout(Duration::from_secs(6), &mut request).await;
     assert!(
         early.is_err(),
         "the response was sent while its slot was still held: {early:?}"
