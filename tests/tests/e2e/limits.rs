@@ -44,6 +44,23 @@ async fn assert_ledger_invariant(app: &TestApp, org: Uuid) {
     );
 }
 
+/// Every ledger row of the key's org, newest first: each `balance_after`
+/// is the one before plus the row's amount, from zero; the newest is the
+/// account's balance.
+async fn assert_ledger_chain(app: &TestApp, key: &str, org: Uuid) {
+    let (status, body) = get_json(app, "/api/v1/credits?limit=1000", key).await;
+    assert_eq!(status, 200, "{body}");
+    let rows = body["data"]["transactions"].as_array().unwrap();
+    let mut balance = 0;
+    for row in rows.iter().rev() {
+        balance += row["amount"].as_i64().unwrap();
+        assert_eq!(row["balance_after"], balance, "{row} in {body}");
+    }
+    let (sum, included, purchased, overage, _) = balances(app, org).await;
+    assert_eq!(balance, sum);
+    assert_eq!(balance, included + purchased - overage);
+}
+
 async fn sync_image(app: &TestApp, key: &str, n: u32) -> (u16, Value) {
     json_of(
         app.post_json(
@@ -317,9 +334,28 @@ async fn a_response_is_sent_only_once_its_concurrency_slot_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credits_list_the_ledger_with_filters_paging_and_validation() {
     let app = TestApp::spawn().await;
+    let mut remaining = 2000;
     for n in [1, 2, 3] {
-        let (status, body) = sync_image(&app, &app.key, n).await;
-        assert_eq!(status, 200, "{body}");
+        let response = app
+            .post_json(
+                "/api/v1/images/generations",
+                &app.key,
+                &json!({"prompt": "metered", "size": "512x512", "n": n}),
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+        // What each request cost, in its headers.
+        remaining -= n;
+        let header = |name: &str| {
+            response.headers()[name]
+                .to_str()
+                .unwrap()
+                .parse::<i64>()
+                .unwrap()
+        };
+        assert_eq!(header("x-credits-used"), n);
+        assert_eq!(header("x-credits-remaining"), remaining);
+        assert!(response.headers().get("x-overage-active").is_none());
     }
     {
         let mut conn = app.db.connect().await;
@@ -411,6 +447,7 @@ async fn credits_list_the_ledger_with_filters_paging_and_validation() {
     amounts.sort();
     assert_eq!(amounts, [-3, -2, -1], "negative, as charged");
     assert_ledger_invariant(&app, app.org_id).await;
+    assert_ledger_chain(&app, &app.key, app.org_id).await;
 
     // The type filter.
     let (status, filtered) = get_json(&app, "/api/v1/credits?type=consumption", &app.key).await;
@@ -954,6 +991,7 @@ async fn the_scheduler_rolls_an_ended_period_over_keeping_purchased_credits() {
     let (_, included, purchased, _, _) = balances(&app, app.org_id).await;
     assert_eq!((included, purchased), (2, 30));
     assert_ledger_invariant(&app, app.org_id).await;
+    assert_ledger_chain(&app, &app.key, app.org_id).await;
 }
 
 async fn speech(app: &TestApp, key: &str) -> (u16, Value) {
@@ -1034,6 +1072,7 @@ async fn a_plan_change_applies_at_once_records_the_event_and_keeps_the_ledger() 
     let (status, _) = speech(&app, &key).await;
     assert_eq!(status, 402, "free again");
     assert_ledger_invariant(&app, free).await;
+    assert_ledger_chain(&app, &key, free).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
