@@ -24,17 +24,37 @@ use crate::state::AppState;
 /// slot before they count as abandoned (a crashed API process).
 const SYNC_LEASE: Duration = Duration::from_secs(15 * 60);
 
-/// What the response's credit headers report, filled by the handler.
+/// What the response's credit headers report, filled by the handler; and
+/// the concurrency slots the request is releasing, which the response
+/// waits for (a client that sends its next request once it has the answer
+/// must find the slot free).
 #[derive(Debug, Clone, Default)]
-pub struct ChargeSlot(Arc<Mutex<Option<(i64, AccountSnapshot)>>>);
+pub struct ChargeSlot {
+    charge: Arc<Mutex<Option<(i64, AccountSnapshot)>>>,
+    releases: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
 
 impl ChargeSlot {
     pub fn record(&self, credits_used: i64, snapshot: AccountSnapshot) {
-        *self.0.lock().expect("charge slot poisoned") = Some((credits_used, snapshot));
+        *self.charge.lock().expect("charge slot poisoned") = Some((credits_used, snapshot));
     }
 
     fn take(&self) -> Option<(i64, AccountSnapshot)> {
-        self.0.lock().expect("charge slot poisoned").take()
+        self.charge.lock().expect("charge slot poisoned").take()
+    }
+
+    fn track_release(&self, release: tokio::task::JoinHandle<()>) {
+        self.releases
+            .lock()
+            .expect("charge slot poisoned")
+            .push(release);
+    }
+
+    async fn releases_done(&self) {
+        let releases = std::mem::take(&mut *self.releases.lock().expect("charge slot poisoned"));
+        for release in releases {
+            let _ = release.await;
+        }
     }
 }
 
@@ -65,6 +85,8 @@ pub async fn credit_headers(
     let slot = ChargeSlot::default();
     req.extensions_mut().insert(slot.clone());
     let mut response = next.call(req).await?;
+    // The handler has returned: its concurrency slot is being released.
+    slot.releases_done().await;
     if let Some((used, snapshot)) = slot.take() {
         let headers = response.headers_mut();
         let mut set = |name: &'static str, value: String| {
@@ -95,12 +117,14 @@ pub async fn credit_headers(
 }
 
 /// One of the organization's `concurrent_requests` slots, held for the
-/// duration of a consuming request and freed when dropped.
+/// duration of a consuming request and freed when dropped (before the
+/// response is sent, see [`credit_headers`]).
 pub struct ConcurrencySlot {
     pool: PgPool,
     org_id: Uuid,
     slot: i32,
     holder: Uuid,
+    charges: ChargeSlot,
 }
 
 impl ConcurrencySlot {
@@ -124,6 +148,7 @@ impl ConcurrencySlot {
             org_id: caller.org_id,
             slot,
             holder,
+            charges: caller.charges.clone(),
         })
     }
 }
@@ -131,9 +156,11 @@ impl ConcurrencySlot {
 impl Drop for ConcurrencySlot {
     fn drop(&mut self) {
         let (pool, org_id, slot, holder) = (self.pool.clone(), self.org_id, self.slot, self.holder);
-        // Freed in the background: the response is not held for it, and a
-        // failure only leaves the slot to expire.
-        tokio::spawn(async move {
+        // Drop cannot wait: the release runs as a task that the middleware
+        // awaits before sending the response (a streamed response is past
+        // the middleware; its slot is freed in the background). A failure
+        // only leaves the slot to expire.
+        let release = tokio::spawn(async move {
             let result = async {
                 let mut conn = pool.get().await.map_err(DbError::from)?;
                 queries::limits::release_slot(&mut conn, org_id, slot, holder).await
@@ -143,6 +170,7 @@ impl Drop for ConcurrencySlot {
                 tracing::warn!(error = %err, "releasing a concurrency slot failed; it expires");
             }
         });
+        self.charges.track_release(release);
     }
 }
 

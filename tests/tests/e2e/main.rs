@@ -7,6 +7,7 @@ mod events;
 mod images;
 mod jobs;
 mod legacy;
+mod limits;
 mod media;
 mod metering;
 mod ops;
