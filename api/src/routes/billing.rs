@@ -32,16 +32,27 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::Validation(ValidationError::new(field, message))
 }
 
-/// ISO 8601 date (`2026-11-01`, midnight UTC) or date-time with offset.
-fn parse_instant(field: &'static str, raw: &str) -> Result<DateTime<Utc>, ApiError> {
+/// ISO 8601 date-time with offset, or a date (UTC). A bare date as the end
+/// of a range includes that whole day, as in `GET /usage`.
+fn parse_instant(
+    field: &'static str,
+    raw: &str,
+    end_of_range: bool,
+) -> Result<DateTime<Utc>, ApiError> {
     if let Ok(at) = DateTime::parse_from_rfc3339(raw) {
         return Ok(at.with_timezone(&Utc));
     }
     NaiveDate::parse_from_str(raw, "%Y-%m-%d")
         .map(|date| {
-            date.and_hms_opt(0, 0, 0)
+            let midnight = date
+                .and_hms_opt(0, 0, 0)
                 .expect("midnight exists")
-                .and_utc()
+                .and_utc();
+            if end_of_range {
+                midnight + chrono::Days::new(1)
+            } else {
+                midnight
+            }
         })
         .map_err(|_| {
             invalid(
@@ -121,7 +132,7 @@ fn transaction_json(row: &CreditTransaction) -> Value {
     params(
         ("type" = Option<String>, Query, description = "allocation, consumption, purchase or overage"),
         ("start_date" = Option<String>, Query, description = "ISO 8601 date or date-time (inclusive)"),
-        ("end_date" = Option<String>, Query, description = "ISO 8601 date or date-time (exclusive)"),
+        ("end_date" = Option<String>, Query, description = "ISO 8601 date-time (exclusive) or date (that whole day included)"),
         ("limit" = Option<i64>, Query, description = "1 to 1000, default 50"),
         ("offset" = Option<i64>, Query, description = "default 0"),
     ),
@@ -155,11 +166,11 @@ pub async fn get_credits(
     };
     let start = query
         .get("start_date")
-        .map(|raw| parse_instant("start_date", raw))
+        .map(|raw| parse_instant("start_date", raw, false))
         .transpose()?;
     let end = query
         .get("end_date")
-        .map(|raw| parse_instant("end_date", raw))
+        .map(|raw| parse_instant("end_date", raw, true))
         .transpose()?;
     let filter = TransactionFilter {
         kind,

@@ -673,7 +673,7 @@ async fn overage_configuration_is_validated_forbidden_on_free_and_reflected_in_t
     let free_key = app.create_key(free, &["all"], None).await;
     let (status, error) = post(&app, configure, &free_key, &json!({"enabled": true})).await;
     assert_eq!(status, 403, "{error}");
-    assert_eq!(error["error"]["code"], "forbidden");
+    assert_eq!(error["error"]["code"], "not_available_on_plan");
     assert!(
         error["error"]["message"]
             .as_str()

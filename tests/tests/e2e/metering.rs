@@ -387,6 +387,19 @@ async fn completed_jobs_charge_their_bucket_times_the_tier_multiplier() {
     .await;
     assert_eq!(consumed, recorded);
     assert_eq!(consumed, 8 + 4 + 1 + 2);
+
+    // A bare end_date includes that whole day.
+    let today = chrono::Utc::now().format("%Y-%m-%d");
+    let page = json_of(
+        app.get(
+            &format!("/api/v1/credits?type=consumption&start_date={today}&end_date={today}"),
+            &app.key,
+        )
+        .await,
+    )
+    .await
+    .1;
+    assert_eq!(page["meta"]["pagination"]["total"], 4, "{page}");
 }
 
 #[tokio::test]
