@@ -13,9 +13,6 @@ use crate::domain::{ModelTier, Tool};
 /// The quota pseudo-bucket of credits, named in 402 messages and events.
 pub const CREDITS: &str = "credits";
 
-/// A bucket whose remaining share drops below this (in percent) sends `credits.low`.
-pub const LOW_PERCENT: i64 = 10;
-
 impl Bucket {
     /// The plan's limit in units; `None` is unlimited, `Some(0)` not on the plan.
     pub fn limit(self, plan: &Plan) -> Option<i64> {

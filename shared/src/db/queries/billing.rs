@@ -1,27 +1,29 @@
 //! Metering SQL: billing accounts and periods, quota buckets, reservations,
-//! the credit ledger and usage records. Every function that changes balances
-//! first locks the organization's `billing_accounts` row, so one
-//! organization's charges are serialized (and never deadlock: the account is
-//! always the first lock taken) while organizations never wait on each other.
+//! the credit ledger and usage records. Every change of balances first locks
+//! the organization's `billing_accounts` row, so one organization's charges
+//! are serialized (and never deadlock: the account is the first billing lock
+//! taken) while organizations never wait on each other. The hot path
+//! (reserve, settle, release) runs as the server-side functions of migration
+//! `2026-11-22-090000_billing_functions`, one round trip each, so the lock is
+//! held for microseconds rather than across a dozen network round trips.
 
 use chrono::{DateTime, Datelike, Months, TimeZone, Utc};
 use diesel::prelude::*;
+use diesel::sql_types::{
+    Array, BigInt, Bool, Double, Nullable, Text, Timestamptz, Uuid as SqlUuid,
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::billing::{
-    AccountSnapshot, Bucket, BucketReport, CREDITS, Charge, Estimate, LOW_PERCENT, Refusal,
-    Settled, from_milli,
+    AccountSnapshot, Bucket, BucketReport, CREDITS, Charge, Estimate, Refusal, Settled,
 };
 use crate::db::DbError;
-use crate::db::models::{
-    BillingAccount, CreditTransaction, Event, Plan, QuotaUsage, Reservation, UsageRecord,
-};
+use crate::db::models::{BillingAccount, CreditTransaction, Plan, QuotaUsage, UsageRecord};
 use crate::db::queries;
 use crate::db::schema::{
     billing_accounts, credit_transactions, organizations, plans, quota_usage, reservations,
-    usage_records,
 };
 use crate::events;
 
@@ -218,40 +220,6 @@ async fn insert_transaction(
     Ok(())
 }
 
-/// The bucket row of a period (created empty on first use), locked through
-/// the account lock the caller holds.
-async fn quota_row(
-    conn: &mut AsyncPgConnection,
-    org_id: Uuid,
-    period_start: DateTime<Utc>,
-    bucket: Bucket,
-) -> Result<QuotaUsage, DbError> {
-    let key = (org_id, period_start, bucket.as_str());
-    if let Some(row) = quota_usage::table
-        .find(key)
-        .select(QuotaUsage::as_select())
-        .first(conn)
-        .await
-        .optional()?
-    {
-        return Ok(row);
-    }
-    diesel::insert_into(quota_usage::table)
-        .values((
-            quota_usage::org_id.eq(org_id),
-            quota_usage::period_start.eq(period_start),
-            quota_usage::bucket.eq(bucket.as_str()),
-        ))
-        .on_conflict_do_nothing()
-        .execute(conn)
-        .await?;
-    Ok(quota_usage::table
-        .find(key)
-        .select(QuotaUsage::as_select())
-        .first(conn)
-        .await?)
-}
-
 /// Every bucket of the current period (absent rows are empty buckets).
 pub async fn quota_rows(
     conn: &mut AsyncPgConnection,
@@ -266,14 +234,20 @@ pub async fn quota_rows(
         .await?)
 }
 
-/// Credits not yet spoken for: the balance minus what reservations hold.
-fn credits_available(account: &BillingAccount) -> i64 {
-    account.included_remaining + account.purchased_balance - account.reserved_credits
+#[derive(QueryableByName)]
+struct Reserved {
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Double)]
+    remaining: f64,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    hard_limit: Option<i64>,
 }
 
 /// Holds `estimate` for request `id` (a job id, or a sync request's id with
-/// `expires_at`). `Ok(Err(refusal))` changes nothing. Call inside a
-/// transaction: a refusal should roll back whatever else it wrote.
+/// `expires_at`). `Ok(Err(refusal))` changes nothing. One statement
+/// (`unigen_reserve`, see its migration) unless the account must first be
+/// created or rolled over; inside a transaction, the hold commits with it.
 pub async fn reserve(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -281,122 +255,55 @@ pub async fn reserve(
     estimate: &Estimate,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<Result<(), Refusal>, DbError> {
-    let (account, plan) = lock_account(conn, org_id).await?;
-    let mut bucket_row_exists = false;
-    if let Some((bucket, milli)) = estimate.bucket
-        && let Some(limit) = bucket.limit(&plan)
-    {
-        let row = quota_row(conn, org_id, account.period_start, bucket).await?;
-        bucket_row_exists = true;
-        let remaining = limit * 1000 - row.used_milli - row.reserved_milli;
-        if limit == 0 || milli > remaining {
-            return Ok(Err(Refusal::Quota {
-                bucket: bucket.as_str().to_owned(),
-                remaining: from_milli(remaining.max(0)),
-            }));
-        }
-    }
-    let available = credits_available(&account);
-    if estimate.credits > available {
-        let overage_allowed = account.overage_enabled && plan.overage_rate_micros.is_some();
-        if !overage_allowed {
-            return Ok(Err(Refusal::Quota {
-                bucket: CREDITS.to_owned(),
-                remaining: available.max(0) as f64,
-            }));
-        }
-        // In-flight reservations beyond the balance count as overage too.
-        let overage_needed = estimate.credits - available;
-        if let Some(hard_limit) = account.hard_limit
-            && account.overage_credits + overage_needed > hard_limit
-        {
-            return Ok(Err(Refusal::HardLimit { hard_limit }));
-        }
-    }
-    diesel::update(billing_accounts::table.find(org_id))
-        .set(
-            billing_accounts::reserved_credits
-                .eq(billing_accounts::reserved_credits + estimate.credits),
-        )
-        .execute(conn)
-        .await?;
-    let (bucket, bucket_milli) = match estimate.bucket {
-        Some((bucket, milli)) => {
-            if !bucket_row_exists {
-                quota_row(conn, org_id, account.period_start, bucket).await?;
-            }
-            diesel::update(quota_usage::table.find((
-                org_id,
-                account.period_start,
-                bucket.as_str(),
-            )))
-            .set(quota_usage::reserved_milli.eq(quota_usage::reserved_milli + milli))
-            .execute(conn)
-            .await?;
-            (Some(bucket.as_str().to_owned()), milli)
-        }
+    let (bucket, milli) = match estimate.bucket {
+        Some((bucket, milli)) => (Some(bucket.as_str()), milli),
         None => (None, 0),
     };
-    diesel::insert_into(reservations::table)
-        .values(&Reservation {
-            id,
-            org_id,
-            credits: estimate.credits,
-            bucket,
-            bucket_milli,
-            period_start: account.period_start,
-            expires_at,
-            created_at: Utc::now(),
-        })
-        .execute(conn)
-        .await?;
-    Ok(Ok(()))
+    let call = async |conn: &mut AsyncPgConnection| -> Result<Reserved, DbError> {
+        Ok(diesel::sql_query(
+            "SELECT outcome, remaining, hard_limit FROM unigen_reserve($1, $2, $3, $4, $5, $6)",
+        )
+        .bind::<SqlUuid, _>(org_id)
+        .bind::<SqlUuid, _>(id)
+        .bind::<BigInt, _>(estimate.credits)
+        .bind::<Nullable<Text>, _>(bucket)
+        .bind::<BigInt, _>(milli)
+        .bind::<Nullable<Timestamptz>, _>(expires_at)
+        .get_result(conn)
+        .await?)
+    };
+    let mut reserved = call(conn).await?;
+    if reserved.outcome == "setup" {
+        setup_account(conn, org_id).await?;
+        reserved = call(conn).await?;
+    }
+    Ok(match reserved.outcome.as_str() {
+        "ok" => Ok(()),
+        "quota" => Err(Refusal::Quota {
+            bucket: bucket.unwrap_or(CREDITS).to_owned(),
+            remaining: reserved.remaining,
+        }),
+        "credits" => Err(Refusal::Quota {
+            bucket: CREDITS.to_owned(),
+            remaining: reserved.remaining,
+        }),
+        "hard_limit" => Err(Refusal::HardLimit {
+            hard_limit: reserved.hard_limit.unwrap_or(0),
+        }),
+        other => {
+            return Err(DbError::Query(diesel::result::Error::DeserializationError(
+                format!("unigen_reserve answered `{other}`").into(),
+            )));
+        }
+    })
 }
 
-/// Removes a reservation and gives back what it held. `None`: already
-/// settled or released.
-async fn take_reservation(
-    conn: &mut AsyncPgConnection,
-    id: Uuid,
-) -> Result<Option<(Reservation, BillingAccount, Plan)>, DbError> {
-    let org_id: Option<Uuid> = reservations::table
-        .find(id)
-        .select(reservations::org_id)
-        .first(conn)
+/// Creates the account or rolls its period over (the functions answer
+/// `setup` for both), in a transaction of its own unless one is open.
+async fn setup_account(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<(), DbError> {
+    use diesel_async::AsyncConnection;
+    conn.transaction::<_, DbError, _>(async |conn| lock_account(conn, org_id).await.map(|_| ()))
         .await
-        .optional()?;
-    let Some(org_id) = org_id else {
-        return Ok(None);
-    };
-    let (_, plan) = lock_account(conn, org_id).await?;
-    // Deleted under the account lock: a racing settle/release finds nothing.
-    let Some(reservation) = diesel::delete(reservations::table.find(id))
-        .returning(Reservation::as_returning())
-        .get_result(conn)
-        .await
-        .optional()?
-    else {
-        return Ok(None);
-    };
-    let account = diesel::update(billing_accounts::table.find(org_id))
-        .set(
-            billing_accounts::reserved_credits
-                .eq(billing_accounts::reserved_credits - reservation.credits),
-        )
-        .returning(BillingAccount::as_returning())
-        .get_result(conn)
-        .await?;
-    if let Some(bucket) = &reservation.bucket {
-        diesel::update(quota_usage::table.find((
-            org_id,
-            reservation.period_start,
-            bucket.as_str(),
-        )))
-        .set(quota_usage::reserved_milli.eq(quota_usage::reserved_milli - reservation.bucket_milli))
-        .execute(conn)
-        .await?;
-    }
-    Ok(Some((reservation, account, plan)))
 }
 
 /// Releases a reservation without charging (failure, cancel, expiry) and
@@ -406,12 +313,46 @@ pub async fn release(
     id: Uuid,
     usage: Option<UsageRecord>,
 ) -> Result<bool, DbError> {
-    let released = take_reservation(conn, id).await?.is_some();
-    if let Some(mut usage) = usage {
-        usage.credits = 0;
-        insert_usage(conn, &usage).await?;
+    #[derive(QueryableByName)]
+    struct Released {
+        #[diesel(sql_type = Bool)]
+        released: bool,
     }
-    Ok(released)
+    let record = usage.is_some();
+    let usage = usage.unwrap_or_else(|| UsageRecord {
+        id,
+        org_id: Uuid::nil(),
+        api_key_id: None,
+        endpoint: String::new(),
+        method: String::new(),
+        model: String::new(),
+        credits: 0,
+        latency_ms: 0,
+        status: "failed".to_owned(),
+        tools_used: Vec::new(),
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        total_tokens: 0,
+        created_at: Utc::now(),
+    });
+    let row: Released = diesel::sql_query(
+        "SELECT released FROM unigen_release($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind::<SqlUuid, _>(id)
+    .bind::<SqlUuid, _>(usage.org_id)
+    .bind::<Bool, _>(record)
+    .bind::<Nullable<SqlUuid>, _>(usage.api_key_id)
+    .bind::<Text, _>(&usage.endpoint)
+    .bind::<Text, _>(&usage.method)
+    .bind::<Text, _>(&usage.model)
+    .bind::<BigInt, _>(usage.latency_ms)
+    .bind::<Text, _>(&usage.status)
+    .bind::<Array<Text>, _>(&usage.tools_used)
+    .bind::<BigInt, _>(usage.prompt_tokens)
+    .bind::<BigInt, _>(usage.completion_tokens)
+    .get_result(conn)
+    .await?;
+    Ok(row.released)
 }
 
 /// Sync requests whose API process died before settling.
@@ -428,22 +369,37 @@ pub async fn expired_reservations(
         .await?)
 }
 
-pub async fn insert_usage(
-    conn: &mut AsyncPgConnection,
-    usage: &UsageRecord,
-) -> Result<(), DbError> {
-    diesel::insert_into(usage_records::table)
-        .values(usage)
-        .on_conflict_do_nothing()
-        .execute(conn)
-        .await?;
-    Ok(())
+#[derive(QueryableByName)]
+struct SettledRow {
+    #[diesel(sql_type = Text)]
+    outcome: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    from_included: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    from_purchased: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    overage: Option<i64>,
+    #[diesel(sql_type = Nullable<Text>)]
+    bucket: Option<String>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    remaining_milli: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    credits_remaining: Option<i64>,
+    #[diesel(sql_type = Nullable<Bool>)]
+    overage_enabled: Option<bool>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    overage_credits: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    overage_rate_micros: Option<i64>,
+    #[diesel(sql_type = Bool)]
+    events_recorded: bool,
 }
 
 /// Charges `charge` against reservation `id`: credits draw on the included
 /// ones first, then purchased, then overage; the bucket is charged in the
 /// reservation's period. Writes the ledger rows, the usage record and the
-/// billing events. `None`: the reservation was already settled or released.
+/// billing events (`unigen_settle`, see its migration). `None`: the
+/// reservation was already settled or released.
 pub async fn settle(
     conn: &mut AsyncPgConnection,
     id: Uuid,
@@ -451,224 +407,75 @@ pub async fn settle(
     multiplier: f64,
     usage: &UsageRecord,
 ) -> Result<Option<Settled>, DbError> {
-    let Some((reservation, account, plan)) = take_reservation(conn, id).await? else {
-        return Ok(None);
-    };
-    let org_id = account.org_id;
-    let credits = charge.credits.max(0);
-    let from_included = credits.min(account.included_remaining);
-    let from_purchased = (credits - from_included).min(account.purchased_balance);
-    let overage = credits - from_included - from_purchased;
-    let account: BillingAccount = diesel::update(billing_accounts::table.find(org_id))
-        .set((
-            billing_accounts::included_remaining
-                .eq(billing_accounts::included_remaining - from_included),
-            billing_accounts::purchased_balance
-                .eq(billing_accounts::purchased_balance - from_purchased),
-            billing_accounts::overage_credits.eq(billing_accounts::overage_credits + overage),
-        ))
-        .returning(BillingAccount::as_returning())
+    let call = async |conn: &mut AsyncPgConnection| -> Result<SettledRow, DbError> {
+        Ok(diesel::sql_query(
+            "SELECT outcome, from_included, from_purchased, overage, bucket, remaining_milli,
+                    credits_remaining, overage_enabled, overage_credits, overage_rate_micros,
+                    events_recorded
+               FROM unigen_settle($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind::<SqlUuid, _>(id)
+        .bind::<BigInt, _>(charge.credits)
+        .bind::<BigInt, _>(charge.bucket_milli)
+        .bind::<Nullable<SqlUuid>, _>(usage.api_key_id)
+        .bind::<Text, _>(&usage.endpoint)
+        .bind::<Text, _>(&usage.method)
+        .bind::<Text, _>(&usage.model)
+        .bind::<BigInt, _>(usage.latency_ms)
+        .bind::<Array<Text>, _>(&usage.tools_used)
+        .bind::<BigInt, _>(usage.prompt_tokens)
+        .bind::<BigInt, _>(usage.completion_tokens)
         .get_result(conn)
-        .await?;
-    let consumed = from_included + from_purchased;
-    let endpoint_metadata = json!({
-        "request_id": usage.id,
-        "model": usage.model,
-        "endpoint": usage.endpoint,
-    });
-    if consumed > 0 {
-        // balance_after of each row: the consumption row precedes the overage row.
-        let mut at_consumption = account.clone();
-        at_consumption.overage_credits -= overage;
-        let mut metadata = endpoint_metadata.clone();
-        metadata["included"] = json!(from_included);
-        metadata["purchased"] = json!(from_purchased);
-        insert_transaction(
-            conn,
-            &at_consumption,
-            "consumption",
-            -consumed,
-            &format!("{} {}", usage.endpoint, usage.model),
-            metadata,
-        )
-        .await?;
-    }
-    if overage > 0 {
-        let rate = plan.overage_rate_micros.unwrap_or(0);
-        let mut metadata = endpoint_metadata;
-        metadata["rate"] = json!(crate::billing::usd(rate));
-        metadata["cost"] = json!(crate::billing::usd(rate * overage));
-        metadata["billing_status"] = json!("pending");
-        insert_transaction(
-            conn,
-            &account,
-            "overage",
-            -overage,
-            &format!("Overage: {} {}", usage.endpoint, usage.model),
-            metadata,
-        )
-        .await?;
-    }
-    let mut events_recorded = false;
-    let bucket = match reservation
-        .bucket
-        .as_deref()
-        .and_then(|b| b.parse::<Bucket>().ok())
-    {
-        Some(bucket) => {
-            let row: QuotaUsage = diesel::update(quota_usage::table.find((
-                org_id,
-                reservation.period_start,
-                bucket.as_str(),
-            )))
-            .set(quota_usage::used_milli.eq(quota_usage::used_milli + charge.bucket_milli.max(0)))
-            .returning(QuotaUsage::as_returning())
-            .get_result(conn)
-            .await?;
-            let remaining = bucket
-                .limit(&plan)
-                .map(|limit| (limit * 1000 - row.used_milli - row.reserved_milli).max(0));
-            events_recorded |= notify_bucket(conn, &row, bucket, bucket.limit(&plan)).await?;
-            Some(BucketReport {
-                bucket,
-                used_milli: charge.bucket_milli.max(0),
-                remaining_milli: remaining,
-                multiplier,
-            })
-        }
-        None => None,
+        .await?)
     };
-    insert_usage(
-        conn,
-        &UsageRecord {
-            credits,
-            ..usage.clone()
-        },
-    )
-    .await?;
-    events_recorded |= notify_credits(conn, &account, &plan).await?;
+    let mut row = call(conn).await?;
+    if row.outcome == "setup" {
+        let org_id: Uuid = reservations::table
+            .find(id)
+            .select(reservations::org_id)
+            .first(conn)
+            .await?;
+        setup_account(conn, org_id).await?;
+        row = call(conn).await?;
+    }
+    if row.outcome != "ok" {
+        return Ok(None);
+    }
+    let credits = charge.credits.max(0);
     Ok(Some(Settled {
         credits,
-        from_included,
-        from_purchased,
-        overage,
-        bucket,
-        account: snapshot(&account, &plan),
-        events_recorded,
+        from_included: row.from_included.unwrap_or(0),
+        from_purchased: row.from_purchased.unwrap_or(0),
+        overage: row.overage.unwrap_or(0),
+        bucket: row
+            .bucket
+            .as_deref()
+            .and_then(|b| b.parse::<Bucket>().ok())
+            .map(|bucket| BucketReport {
+                bucket,
+                used_milli: charge.bucket_milli.max(0),
+                remaining_milli: row.remaining_milli,
+                multiplier,
+            }),
+        account: AccountSnapshot {
+            credits_remaining: row.credits_remaining.unwrap_or(0),
+            overage_enabled: row.overage_enabled.unwrap_or(false),
+            overage_credits: row.overage_credits.unwrap_or(0),
+            overage_rate_micros: row.overage_rate_micros,
+        },
+        events_recorded: row.events_recorded,
     }))
 }
 
 pub fn snapshot(account: &BillingAccount, plan: &Plan) -> AccountSnapshot {
     AccountSnapshot {
-        credits_remaining: credits_available(account).max(0),
+        credits_remaining: (account.included_remaining + account.purchased_balance
+            - account.reserved_credits)
+            .max(0),
         overage_enabled: account.overage_enabled,
         overage_credits: account.overage_credits,
         overage_rate_micros: plan.overage_rate_micros,
     }
-}
-
-/// `credits.low` once per period when a bucket falls below 10% of its
-/// limit, `credits.depleted` once when it is used up.
-async fn notify_bucket(
-    conn: &mut AsyncPgConnection,
-    row: &QuotaUsage,
-    bucket: Bucket,
-    limit: Option<i64>,
-) -> Result<bool, DbError> {
-    let Some(limit) = limit.filter(|l| *l > 0) else {
-        return Ok(false);
-    };
-    let remaining_milli = (limit * 1000 - row.used_milli).max(0);
-    let key = quota_usage::table.find((row.org_id, row.period_start, bucket.as_str()));
-    if remaining_milli == 0 && !row.depleted_notified {
-        diesel::update(key)
-            .set((
-                quota_usage::depleted_notified.eq(true),
-                quota_usage::low_notified.eq(true),
-            ))
-            .execute(conn)
-            .await?;
-        let event = events::credits_depleted(row.org_id, bucket.as_str(), limit);
-        queries::events::insert(conn, &event).await?;
-        return Ok(true);
-    } else if remaining_milli * 100 < limit * 1000 * LOW_PERCENT && !row.low_notified {
-        diesel::update(key)
-            .set(quota_usage::low_notified.eq(true))
-            .execute(conn)
-            .await?;
-        let event = events::credits_low(
-            row.org_id,
-            bucket.as_str(),
-            from_milli(remaining_milli),
-            limit,
-            row.used_milli,
-        );
-        queries::events::insert(conn, &event).await?;
-        return Ok(true);
-    }
-    Ok(false)
-}
-
-/// The same notifications for the credit balance, plus the overage soft
-/// limit (notify only; usage continues).
-async fn notify_credits(
-    conn: &mut AsyncPgConnection,
-    account: &BillingAccount,
-    plan: &Plan,
-) -> Result<bool, DbError> {
-    let org_id = account.org_id;
-    let key = billing_accounts::table.find(org_id);
-    let remaining = (account.included_remaining + account.purchased_balance).max(0);
-    let allotted = account.included_credits + account.purchased_balance;
-    let mut recorded: Vec<Event> = Vec::new();
-    if remaining == 0 && allotted > 0 && !account.credits_depleted_notified {
-        diesel::update(key)
-            .set((
-                billing_accounts::credits_depleted_notified.eq(true),
-                billing_accounts::credits_low_notified.eq(true),
-            ))
-            .execute(conn)
-            .await?;
-        recorded.push(events::credits_depleted(org_id, CREDITS, allotted));
-    } else if allotted > 0
-        && remaining * 100 < allotted * LOW_PERCENT
-        && !account.credits_low_notified
-    {
-        diesel::update(key)
-            .set(billing_accounts::credits_low_notified.eq(true))
-            .execute(conn)
-            .await?;
-        recorded.push(events::credits_low(
-            org_id,
-            CREDITS,
-            remaining as f64,
-            allotted,
-            (allotted - remaining) * 1000,
-        ));
-    }
-    if let Some(soft_limit) = account.soft_limit
-        && account.overage_credits >= soft_limit
-        && !account.soft_limit_notified
-    {
-        diesel::update(key)
-            .set((
-                billing_accounts::soft_limit_notified.eq(true),
-                billing_accounts::last_notification_at.eq(diesel::dsl::now),
-            ))
-            .execute(conn)
-            .await?;
-        let rate = plan.overage_rate_micros.unwrap_or(0);
-        recorded.push(events::overage_soft_limit(
-            org_id,
-            account.overage_credits,
-            soft_limit,
-            crate::billing::usd(rate * account.overage_credits),
-        ));
-    }
-    for event in &recorded {
-        queries::events::insert(conn, event).await?;
-    }
-    Ok(!recorded.is_empty())
 }
 
 /// Adds purchased credits (a `purchase` transaction).

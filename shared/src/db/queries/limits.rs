@@ -86,17 +86,34 @@ pub async fn acquire_slot(
     holder: Uuid,
     lease: std::time::Duration,
 ) -> Result<Option<i32>, DbError> {
-    // Slots are numbered 1..=limit and created on first use; a plan change
-    // takes effect at once because slots above the limit are never chosen.
+    // Slots are numbered 1..=limit and created when none is free (first use,
+    // or a plan raised the limit); a lowered limit takes effect at once
+    // because slots above it are never chosen.
+    if let Some(slot) = take_free_slot(conn, org_id, limit, holder, lease).await? {
+        return Ok(Some(slot));
+    }
+    // A concurrent request may be creating the same slots: its insert makes
+    // ours wait, then do nothing; either way the slots exist afterwards.
     diesel::sql_query(
         "INSERT INTO concurrency_slots (org_id, slot)
-         SELECT $1, n FROM generate_series(1, $2) AS n
+         SELECT $1, n FROM generate_series(
+             (SELECT COALESCE(max(slot), 0) + 1 FROM concurrency_slots WHERE org_id = $1), $2) AS n
          ON CONFLICT DO NOTHING",
     )
     .bind::<SqlUuid, _>(org_id)
     .bind::<Integer, _>(limit)
     .execute(conn)
     .await?;
+    take_free_slot(conn, org_id, limit, holder, lease).await
+}
+
+async fn take_free_slot(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    limit: i32,
+    holder: Uuid,
+    lease: std::time::Duration,
+) -> Result<Option<i32>, DbError> {
     let slot: Option<Slot> = diesel::sql_query(
         "UPDATE concurrency_slots SET holder = $3, expires_at = now() + make_interval(secs => $4)
           WHERE (org_id, slot) = (
