@@ -196,13 +196,10 @@ impl SyncReservation {
     ) -> Result<Self, ApiError> {
         let id = Uuid::now_v7();
         let expires_at = Utc::now() + SYNC_LEASE;
+        // One statement, atomic on its own: no transaction round trips.
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        let conn: &mut unigen_shared::db::PgConnection = &mut conn;
-        use diesel_async::AsyncConnection;
-        conn.transaction::<_, DbError, _>(async |conn| {
-            queries::billing::reserve(conn, caller.org_id, id, estimate, Some(expires_at)).await
-        })
-        .await??;
+        queries::billing::reserve(&mut conn, caller.org_id, id, estimate, Some(expires_at))
+            .await??;
         Ok(Self {
             id,
             notifier: state.notifier.clone(),
@@ -245,13 +242,8 @@ impl SyncReservation {
     ) -> Result<Option<Settled>, DbError> {
         let record = self.record("success", tokens, tools_used);
         let mut conn = pool.get().await?;
-        let conn: &mut unigen_shared::db::PgConnection = &mut conn;
-        use diesel_async::AsyncConnection;
-        let settled = conn
-            .transaction::<_, DbError, _>(async |conn| {
-                queries::billing::settle(conn, self.id, charge, multiplier, &record).await
-            })
-            .await?;
+        let settled =
+            queries::billing::settle(&mut conn, self.id, charge, multiplier, &record).await?;
         if settled.as_ref().is_some_and(|s| s.events_recorded) {
             self.notifier.events_recorded();
         }
@@ -263,12 +255,7 @@ impl SyncReservation {
         let record = self.record("failed", (0, 0), Vec::new());
         let result = async {
             let mut conn = pool.get().await?;
-            let conn: &mut unigen_shared::db::PgConnection = &mut conn;
-            use diesel_async::AsyncConnection;
-            conn.transaction::<_, DbError, _>(async |conn| {
-                queries::billing::release(conn, self.id, Some(record)).await
-            })
-            .await
+            queries::billing::release(&mut conn, self.id, Some(record)).await
         }
         .await;
         if let Err(err) = result {

@@ -1,0 +1,2 @@
+ALTER TABLE concurrency_slots SET LOGGED;
+ALTER TABLE rate_limits SET LOGGED;
