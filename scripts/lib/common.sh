@@ -52,6 +52,16 @@ ensure_postgres() {
   fi
 }
 
+# Metering updates a few rows per organization on every request: without
+# autovacuum their dead versions pile up and every request slows down (some
+# machines ship PostgreSQL with it off).
+ensure_autovacuum() {
+  if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc 'SHOW autovacuum')" != "on" ]; then
+    log "turning PostgreSQL autovacuum on"
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "ALTER SYSTEM SET autovacuum = on" -c "SELECT pg_reload_conf()" >/dev/null
+  fi
+}
+
 rabbit_up() { (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; }
 
 ensure_rabbitmq() {

@@ -140,43 +140,45 @@ async fn settle(
         conn.transaction::<_, DbError, _>(async |conn| {
             let written = match settlement {
                 Settlement::Complete(output) => {
-                    let written = queries::jobs::complete(
+                    queries::jobs::complete(
                         conn,
                         id,
                         attempt,
                         &output.output,
                         output.actual_credits,
                     )
-                    .await?;
-                    if written {
-                        // The charge commits with the result: completed
-                        // means charged, exactly once.
-                        let (charge, multiplier) =
-                            billing::job_charge(job, &output.output, output.actual_credits);
-                        let record = billing::job_usage_record(job, "success");
-                        if let Some(settled) =
-                            queries::billing::settle(conn, id, &charge, multiplier, &record).await?
-                        {
-                            let usage = billing::usage_object(&settled);
-                            queries::jobs::set_usage(conn, id, &usage).await?;
-                        }
-                    }
-                    written
+                    .await?
                 }
                 Settlement::Fail(message) => {
-                    let written = queries::jobs::fail(conn, id, attempt, message).await?;
-                    if written {
-                        // A failed job consumes nothing.
-                        let record = billing::job_usage_record(job, "failed");
-                        queries::billing::release(conn, id, Some(record)).await?;
-                    }
-                    written
+                    queries::jobs::fail(conn, id, attempt, message).await?
                 }
             };
-            if written {
-                queries::events::insert(conn, &event).await?;
+            if !written {
+                return Ok(false);
             }
-            Ok(written)
+            queries::events::insert(conn, &event).await?;
+            // Billing goes last: it locks the organization's billing row,
+            // held from here to the commit. The charge commits with the
+            // result (completed means charged, exactly once); a failed job
+            // consumes nothing.
+            match settlement {
+                Settlement::Complete(output) => {
+                    let (charge, multiplier) =
+                        billing::job_charge(job, &output.output, output.actual_credits);
+                    let record = billing::job_usage_record(job, "success");
+                    if let Some(settled) =
+                        queries::billing::settle(conn, id, &charge, multiplier, &record).await?
+                    {
+                        let usage = billing::usage_object(&settled);
+                        queries::jobs::set_usage(conn, id, &usage).await?;
+                    }
+                }
+                Settlement::Fail(_) => {
+                    let record = billing::job_usage_record(job, "failed");
+                    queries::billing::release(conn, id, Some(record)).await?;
+                }
+            }
+            Ok(true)
         })
         .await
     }

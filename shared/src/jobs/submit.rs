@@ -90,12 +90,15 @@ impl JobSubmitter {
         let mut pooled = self.pool.get().await.map_err(DbError::from)?;
         let conn: &mut AsyncPgConnection = &mut pooled;
         // The reservation and the job commit together: a refused estimate
-        // writes nothing, and every pending job holds its estimate.
+        // writes nothing, and every pending job holds its estimate. The
+        // reservation goes last: it locks the organization's billing row,
+        // which is then held only until the commit.
         let job = conn
             .transaction::<_, SubmitError, _>(async |conn| {
+                let job = queries::jobs::insert(conn, &new).await?;
                 queries::billing::reserve(conn, request.org_id, id, &request.estimate, None)
                     .await??;
-                Ok(queries::jobs::insert(conn, &new).await?)
+                Ok(job)
             })
             .await?;
         drop(pooled);
