@@ -329,11 +329,16 @@ impl TestApp {
         response.json().await.expect("JSON")
     }
 
-    /// Polls until the job reaches a terminal state.
+    /// Waits (long polls, as a client would) until the job reaches a
+    /// terminal state. Few requests: the plan's rate limit applies to tests.
     pub async fn wait_for_job(&self, id: &str, timeout: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let job = self.job(id).await;
+            let response = self
+                .get(&format!("/api/v1/jobs/{id}?poll=true"), &self.key)
+                .await;
+            assert_eq!(response.status(), 200, "GET job {id}?poll=true");
+            let job: Value = response.json().await.expect("JSON");
             if matches!(
                 job["status"].as_str(),
                 Some("completed" | "failed" | "cancelled")
@@ -344,7 +349,6 @@ impl TestApp {
                 tokio::time::Instant::now() < deadline,
                 "job {id} did not finish in {timeout:?}: {job}"
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -360,7 +364,8 @@ impl TestApp {
                 tokio::time::Instant::now() < deadline,
                 "job {id} never became {status}: {job}"
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            // Gentle on the key's rate limit (the plan's, as for any client).
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
