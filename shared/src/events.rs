@@ -13,11 +13,9 @@ pub const GENERATION_COMPLETED: &str = "generation.completed";
 pub const GENERATION_FAILED: &str = "generation.failed";
 pub const SUBSCRIPTION_CREATED: &str = "subscription.created";
 pub const SUBSCRIPTION_UPDATED: &str = "subscription.updated";
-pub const CREDITS_LOW: &str = "credits.low";
-pub const CREDITS_DEPLETED: &str = "credits.depleted";
-/// Not in the spec's table: the overage soft limit "only notifies", and
-/// this is that notification.
-pub const OVERAGE_SOFT_LIMIT: &str = "overage.soft_limit_reached";
+// `credits.low`, `credits.depleted` and `overage.soft_limit_reached` are
+// recorded by the settlement itself (`unigen_settle`, migration
+// 2026-11-22-090000_billing_functions), in the charge's transaction.
 
 fn event(org_id: Uuid, kind: &str, data: Value) -> Event {
     Event {
@@ -102,51 +100,6 @@ pub fn subscription(org_id: Uuid, plan: &Plan, kind: &str) -> Event {
             "planName": plan.name,
             "status": "active",
         }),
-    )
-}
-
-/// `credits.low`: `bucketType`, `remaining`, `limit`, `percentUsed`
-/// (`used_milli` is in thousandths of the bucket's unit).
-pub fn credits_low(
-    org_id: Uuid,
-    bucket: &str,
-    remaining: f64,
-    limit: i64,
-    used_milli: i64,
-) -> Event {
-    let percent_used = if limit > 0 {
-        (used_milli as f64 / 10.0 / limit as f64).min(100.0)
-    } else {
-        100.0
-    };
-    event(
-        org_id,
-        CREDITS_LOW,
-        json!({
-            "bucketType": bucket,
-            "remaining": remaining,
-            "limit": limit,
-            "percentUsed": (percent_used * 10.0).round() / 10.0,
-        }),
-    )
-}
-
-/// `credits.depleted` (payload not in the spec): `bucketType`, `remaining`
-/// (0), `limit`.
-pub fn credits_depleted(org_id: Uuid, bucket: &str, limit: i64) -> Event {
-    event(
-        org_id,
-        CREDITS_DEPLETED,
-        json!({ "bucketType": bucket, "remaining": 0, "limit": limit, "percentUsed": 100.0 }),
-    )
-}
-
-/// `overage.soft_limit_reached`: `overageCredits`, `softLimit`, `overageCost` (USD).
-pub fn overage_soft_limit(org_id: Uuid, overage_credits: i64, soft_limit: i64, cost: f64) -> Event {
-    event(
-        org_id,
-        OVERAGE_SOFT_LIMIT,
-        json!({ "overageCredits": overage_credits, "softLimit": soft_limit, "overageCost": cost }),
     )
 }
 

@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::schema::{
     api_keys, billing_accounts, credit_transactions, events, jobs, organizations, plans,
-    quota_usage, reservations, usage_records, webhook_attempts, webhook_deliveries, webhooks,
+    quota_usage, usage_records, webhook_attempts, webhook_deliveries, webhooks,
 };
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -187,19 +187,6 @@ pub struct QuotaUsage {
     pub reserved_milli: i64,
     pub low_notified: bool,
     pub depleted_notified: bool,
-}
-
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = reservations)]
-pub struct Reservation {
-    pub id: Uuid,
-    pub org_id: Uuid,
-    pub credits: i64,
-    pub bucket: Option<String>,
-    pub bucket_milli: i64,
-    pub period_start: DateTime<Utc>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
