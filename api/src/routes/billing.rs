@@ -83,19 +83,14 @@ fn parse_count(
         })
 }
 
-/// The account (created with its first allocation if this is the first
-/// look) and the plan, read in one short transaction.
+/// The account (created with its first allocation on the first look) and
+/// the plan. A read takes no lock: it must not queue behind charges.
 async fn account_and_plan(
     state: &AppState,
     caller: &Caller,
 ) -> Result<(BillingAccount, Plan), ApiError> {
-    let mut pooled = state.pool.get().await.map_err(DbError::from)?;
-    let conn: &mut PgConnection = &mut pooled;
-    Ok(conn
-        .transaction::<_, DbError, _>(async |conn| {
-            queries::billing::lock_account(conn, caller.org_id).await
-        })
-        .await?)
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    Ok(queries::billing::current_account(&mut conn, caller.org_id).await?)
 }
 
 fn period_json(account: &BillingAccount) -> Value {

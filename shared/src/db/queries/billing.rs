@@ -58,6 +58,24 @@ pub async fn find_account(
         .optional()?)
 }
 
+/// The account and plan as they stand, for reading: no lock unless the
+/// account must first be created or its period rolled over (then through
+/// [`lock_account`] in a transaction of its own).
+pub async fn current_account(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+) -> Result<(BillingAccount, Plan), DbError> {
+    let plan = plan_of_org(conn, org_id).await?;
+    match find_account(conn, org_id).await? {
+        Some(account) if account.period_end > Utc::now() => Ok((account, plan)),
+        _ => {
+            use diesel_async::AsyncConnection;
+            conn.transaction::<_, DbError, _>(async |conn| lock_account(conn, org_id).await)
+                .await
+        }
+    }
+}
+
 /// Locks the organization's account for this transaction, creating it (with
 /// the period's `allocation`) on first use and rolling the period over when
 /// it has ended. Call inside a transaction.
