@@ -4,7 +4,8 @@
 -- organization topped out below 200 requests/s. Here the lock is held for the
 -- function's own execution. The rules are those of `db::queries::billing`
 -- (account creation and period rollover stay there: a function answers
--- 'setup' when the account is missing or its period has ended).
+-- 'setup' when the account is missing or its period has ended). The event
+-- outbox insert and the per-key rate limit live here too.
 
 -- A plan's limit for a bucket: NULL unlimited, 0 not on the plan.
 CREATE FUNCTION unigen_bucket_limit(p plans, bucket text) RETURNS bigint
@@ -21,17 +22,44 @@ LANGUAGE sql IMMUTABLE AS $$
     END
 $$;
 
--- Records an event and its webhook deliveries, exactly as
--- `db::queries::events::insert` does.
-CREATE FUNCTION unigen_record_event(org uuid, kind text, payload jsonb) RETURNS void
+-- Records an event and, in the same statement, a pending delivery for every
+-- enabled webhook of its organization subscribed to its kind. The one
+-- definition: `db::queries::events::insert` calls it too.
+CREATE FUNCTION unigen_record_event(
+    event_id uuid, org uuid, kind text, payload jsonb, at timestamptz) RETURNS void
 LANGUAGE sql AS $$
     WITH event AS (
         INSERT INTO events (id, org_id, type, data, created_at)
-        VALUES (gen_random_uuid(), org, kind, payload, clock_timestamp())
+        VALUES (event_id, org, kind, payload, at)
         RETURNING id, org_id, type)
     INSERT INTO webhook_deliveries (id, webhook_id, event_id)
     SELECT gen_random_uuid(), w.id, event.id FROM event
       JOIN webhooks w ON w.org_id = event.org_id AND w.enabled AND event.type = ANY(w.events)
+$$;
+
+-- The generic cell rate algorithm for a key's request rate: each admitted
+-- request moves the key's theoretical arrival time (TAT) one interval on; a
+-- request is admitted while the TAT stays within a minute of now (a burst of
+-- the plan's per-minute limit, then one per interval). Answers NULL when
+-- admitted, else the TAT (retry once TAT + interval - 60 s has passed).
+-- A function, so the fallback read runs with a fresh snapshot: it sees the
+-- row a concurrent first request of a new key has just inserted.
+CREATE FUNCTION unigen_take_rate_token(key uuid, interval_us bigint) RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    step interval := make_interval(secs => interval_us / 1e6);
+    current_tat timestamptz;
+BEGIN
+    INSERT INTO rate_limits AS r (api_key_id, tat) VALUES (key, clock_timestamp() + step)
+    ON CONFLICT (api_key_id) DO UPDATE
+       SET tat = greatest(r.tat, clock_timestamp()) + step
+     WHERE greatest(r.tat, clock_timestamp()) + step <= clock_timestamp() + interval '60 seconds';
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT r.tat INTO current_tat FROM rate_limits r WHERE r.api_key_id = key;
+    RETURN current_tat;
+END
 $$;
 
 -- Holds `p_credits` and `p_milli` of `p_bucket` for request `p_id`.
@@ -188,15 +216,15 @@ BEGIN
             IF rem = 0 AND NOT q.depleted_notified THEN
                 UPDATE quota_usage SET depleted_notified = true, low_notified = true
                  WHERE org_id = q.org_id AND period_start = q.period_start AND quota_usage.bucket = q.bucket;
-                PERFORM unigen_record_event(v_org, 'credits.depleted', jsonb_build_object(
-                    'bucketType', r.bucket, 'remaining', 0, 'limit', lim, 'percentUsed', 100.0));
+                PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
+                    'bucketType', r.bucket, 'remaining', 0, 'limit', lim, 'percentUsed', 100.0), clock_timestamp());
                 events_recorded := true;
             ELSIF rem * 100 < lim * 1000 * 10 AND NOT q.low_notified THEN
                 UPDATE quota_usage SET low_notified = true
                  WHERE org_id = q.org_id AND period_start = q.period_start AND quota_usage.bucket = q.bucket;
-                PERFORM unigen_record_event(v_org, 'credits.low', jsonb_build_object(
+                PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
                     'bucketType', r.bucket, 'remaining', rem / 1000.0, 'limit', lim,
-                    'percentUsed', round(least(q.used_milli::numeric / 10 / lim, 100), 1)));
+                    'percentUsed', round(least(q.used_milli::numeric / 10 / lim, 100), 1)), clock_timestamp());
                 events_recorded := true;
             END IF;
         END IF;
@@ -212,22 +240,22 @@ BEGIN
     IF left_credits = 0 AND allotted > 0 AND NOT a.credits_depleted_notified THEN
         UPDATE billing_accounts SET credits_depleted_notified = true, credits_low_notified = true
          WHERE org_id = v_org;
-        PERFORM unigen_record_event(v_org, 'credits.depleted', jsonb_build_object(
-            'bucketType', 'credits', 'remaining', 0, 'limit', allotted, 'percentUsed', 100.0));
+        PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
+            'bucketType', 'credits', 'remaining', 0, 'limit', allotted, 'percentUsed', 100.0), clock_timestamp());
         events_recorded := true;
     ELSIF allotted > 0 AND left_credits * 100 < allotted * 10 AND NOT a.credits_low_notified THEN
         UPDATE billing_accounts SET credits_low_notified = true WHERE org_id = v_org;
-        PERFORM unigen_record_event(v_org, 'credits.low', jsonb_build_object(
+        PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
             'bucketType', 'credits', 'remaining', left_credits, 'limit', allotted,
-            'percentUsed', round(least((allotted - left_credits) * 100.0 / allotted, 100), 1)));
+            'percentUsed', round(least((allotted - left_credits) * 100.0 / allotted, 100), 1)), clock_timestamp());
         events_recorded := true;
     END IF;
     IF a.soft_limit IS NOT NULL AND a.overage_credits >= a.soft_limit AND NOT a.soft_limit_notified THEN
         UPDATE billing_accounts SET soft_limit_notified = true, last_notification_at = now()
          WHERE org_id = v_org;
-        PERFORM unigen_record_event(v_org, 'overage.soft_limit_reached', jsonb_build_object(
+        PERFORM unigen_record_event(gen_random_uuid(), v_org, 'overage.soft_limit_reached', jsonb_build_object(
             'overageCredits', a.overage_credits, 'softLimit', a.soft_limit,
-            'overageCost', COALESCE(p.overage_rate_micros, 0) * a.overage_credits / 1000000.0));
+            'overageCost', COALESCE(p.overage_rate_micros, 0) * a.overage_credits / 1000000.0), clock_timestamp());
         events_recorded := true;
     END IF;
     credits_remaining := greatest(a.included_remaining + a.purchased_balance - a.reserved_credits, 0);

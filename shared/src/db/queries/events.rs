@@ -14,21 +14,16 @@ use crate::db::schema::events;
 /// organization subscribed to its kind. Call `Notifier::events_recorded`
 /// after the commit so delivery starts at once.
 pub async fn insert(conn: &mut AsyncPgConnection, event: &Event) -> Result<(), DbError> {
-    diesel::sql_query(
-        "WITH event AS ( \
-           INSERT INTO events (id, org_id, type, data, created_at) VALUES ($1, $2, $3, $4, $5) \
-           RETURNING id, org_id, type) \
-         INSERT INTO webhook_deliveries (id, webhook_id, event_id) \
-         SELECT gen_random_uuid(), w.id, event.id FROM event \
-           JOIN webhooks w ON w.org_id = event.org_id AND w.enabled AND event.type = ANY(w.events)",
-    )
-    .bind::<SqlUuid, _>(event.id)
-    .bind::<SqlUuid, _>(event.org_id)
-    .bind::<Text, _>(&event.kind)
-    .bind::<Jsonb, _>(&event.data)
-    .bind::<Timestamptz, _>(event.created_at)
-    .execute(conn)
-    .await?;
+    // `unigen_record_event` (migration 2026-11-22-090000_billing_functions)
+    // is the one definition: billing events recorded in SQL use it too.
+    diesel::sql_query("SELECT unigen_record_event($1, $2, $3, $4, $5)")
+        .bind::<SqlUuid, _>(event.id)
+        .bind::<SqlUuid, _>(event.org_id)
+        .bind::<Text, _>(&event.kind)
+        .bind::<Jsonb, _>(&event.data)
+        .bind::<Timestamptz, _>(event.created_at)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -15,54 +15,21 @@ struct Admitted {
     tat: Option<DateTime<Utc>>,
 }
 
-/// One rate-limit decision: see [`take_rate_token`].
-const RATE_TOKEN_SQL: &str = "WITH admitted AS (
-     INSERT INTO rate_limits AS r (api_key_id, tat)
-     VALUES ($1, clock_timestamp() + make_interval(secs => $2 / 1e6))
-     ON CONFLICT (api_key_id) DO UPDATE
-        SET tat = greatest(r.tat, clock_timestamp()) + make_interval(secs => $2 / 1e6)
-      WHERE greatest(r.tat, clock_timestamp()) + make_interval(secs => $2 / 1e6)
-            <= clock_timestamp() + interval '60 seconds'
-     RETURNING NULL::timestamptz AS tat
- )
- SELECT tat FROM admitted
- UNION ALL
- SELECT r.tat FROM rate_limits r
-  WHERE r.api_key_id = $1 AND NOT EXISTS (SELECT 1 FROM admitted)
- LIMIT 1";
-
-/// The generic cell rate algorithm: each request moves the key's theoretical
-/// arrival time (TAT) one emission interval (`60 s / limit`) forward; a
-/// request is admitted while the TAT stays within a minute of now (a burst
-/// of up to `limit` requests, then one per interval). `Ok(None)`: admitted;
-/// `Ok(Some(wait))`: refused, retry after `wait`.
+/// The generic cell rate algorithm (`unigen_take_rate_token`, one
+/// statement): bursts up to `per_minute` requests, then one per
+/// `60 s / per_minute`. `Ok(None)`: admitted; `Ok(Some(wait))`: refused,
+/// retry after `wait`.
 pub async fn take_rate_token(
     conn: &mut AsyncPgConnection,
     api_key_id: Uuid,
     per_minute: i32,
 ) -> Result<Option<std::time::Duration>, DbError> {
     let interval_us = 60_000_000 / i64::from(per_minute.max(1));
-    // Admitted: the upsert returns the new TAT. Refused: the WHERE of the
-    // conflict branch fails and the CTE falls back to the current TAT.
-    // That fallback reads the statement's snapshot, which misses a row
-    // another request inserted meanwhile (the first burst of a new key):
-    // no row at all, then, and the statement is run again with a fresh
-    // snapshot that has it.
-    let mut attempts = 0;
-    let row: Admitted = loop {
-        attempts += 1;
-        let row: Option<Admitted> = diesel::sql_query(RATE_TOKEN_SQL)
-            .bind::<SqlUuid, _>(api_key_id)
-            .bind::<BigInt, _>(interval_us)
-            .get_result(conn)
-            .await
-            .optional()?;
-        match row {
-            Some(row) => break row,
-            None if attempts < 3 => continue,
-            None => return Err(diesel::result::Error::NotFound.into()),
-        }
-    };
+    let row: Admitted = diesel::sql_query("SELECT unigen_take_rate_token($1, $2) AS tat")
+        .bind::<SqlUuid, _>(api_key_id)
+        .bind::<BigInt, _>(interval_us)
+        .get_result(conn)
+        .await?;
     Ok(row.tat.map(|tat| {
         // Admission needs tat + interval <= now + 60 s.
         let at = tat + chrono::Duration::microseconds(interval_us) - chrono::Duration::seconds(60);
