@@ -267,9 +267,9 @@ END
 $$;
 
 -- Gives reservation `p_id` back without charging; records the request's
--- usage row (zero credits, `u_status`) when `p_record`.
+-- usage row (zero credits, `u_status`) when one is given (`u_endpoint`).
 CREATE FUNCTION unigen_release(
-    p_id uuid, p_org uuid, p_record boolean,
+    p_id uuid, p_org uuid,
     u_key uuid, u_endpoint text, u_method text, u_model text, u_latency_ms bigint,
     u_status text, u_tools text[], u_prompt bigint, u_completion bigint,
     OUT released boolean)
@@ -292,7 +292,7 @@ BEGIN
             released := true;
         END IF;
     END IF;
-    IF p_record THEN
+    IF u_endpoint IS NOT NULL THEN
         INSERT INTO usage_records (id, org_id, api_key_id, endpoint, method, model, credits, latency_ms,
                                    status, tools_used, prompt_tokens, completion_tokens, total_tokens, created_at)
         VALUES (p_id, p_org, u_key, u_endpoint, u_method, u_model, 0, u_latency_ms, u_status,

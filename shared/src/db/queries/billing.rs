@@ -336,38 +336,21 @@ pub async fn release(
         #[diesel(sql_type = Bool)]
         released: bool,
     }
-    let record = usage.is_some();
-    let usage = usage.unwrap_or_else(|| UsageRecord {
-        id,
-        org_id: Uuid::nil(),
-        api_key_id: None,
-        endpoint: String::new(),
-        method: String::new(),
-        model: String::new(),
-        credits: 0,
-        latency_ms: 0,
-        status: "failed".to_owned(),
-        tools_used: Vec::new(),
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        total_tokens: 0,
-        created_at: Utc::now(),
-    });
+    let usage = usage.as_ref();
     let row: Released = diesel::sql_query(
-        "SELECT released FROM unigen_release($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        "SELECT released FROM unigen_release($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind::<SqlUuid, _>(id)
-    .bind::<SqlUuid, _>(usage.org_id)
-    .bind::<Bool, _>(record)
-    .bind::<Nullable<SqlUuid>, _>(usage.api_key_id)
-    .bind::<Text, _>(&usage.endpoint)
-    .bind::<Text, _>(&usage.method)
-    .bind::<Text, _>(&usage.model)
-    .bind::<BigInt, _>(usage.latency_ms)
-    .bind::<Text, _>(&usage.status)
-    .bind::<Array<Text>, _>(&usage.tools_used)
-    .bind::<BigInt, _>(usage.prompt_tokens)
-    .bind::<BigInt, _>(usage.completion_tokens)
+    .bind::<Nullable<SqlUuid>, _>(usage.map(|u| u.org_id))
+    .bind::<Nullable<SqlUuid>, _>(usage.and_then(|u| u.api_key_id))
+    .bind::<Nullable<Text>, _>(usage.map(|u| u.endpoint.as_str()))
+    .bind::<Nullable<Text>, _>(usage.map(|u| u.method.as_str()))
+    .bind::<Nullable<Text>, _>(usage.map(|u| u.model.as_str()))
+    .bind::<Nullable<BigInt>, _>(usage.map(|u| u.latency_ms))
+    .bind::<Nullable<Text>, _>(usage.map(|u| u.status.as_str()))
+    .bind::<Nullable<Array<Text>>, _>(usage.map(|u| &u.tools_used))
+    .bind::<Nullable<BigInt>, _>(usage.map(|u| u.prompt_tokens))
+    .bind::<Nullable<BigInt>, _>(usage.map(|u| u.completion_tokens))
     .get_result(conn)
     .await?;
     Ok(row.released)
