@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use actix_web::{HttpResponse, get, post, web};
-use chrono::{DateTime, NaiveDate, Utc};
 use diesel_async::AsyncConnection;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -18,7 +17,7 @@ use unigen_shared::jobs::ValidationError;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::json_body;
+use crate::routes::params::{Bound, json_body, parse_bound};
 use crate::state::AppState;
 
 const TRANSACTION_KINDS: [&str; 4] = ["allocation", "consumption", "purchase", "overage"];
@@ -30,36 +29,6 @@ fn envelope(data: Value, meta: Value) -> HttpResponse {
 
 fn invalid(field: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::Validation(ValidationError::new(field, message))
-}
-
-/// ISO 8601 date-time with offset, or a date (UTC). A bare date as the end
-/// of a range includes that whole day, as in `GET /usage`.
-fn parse_instant(
-    field: &'static str,
-    raw: &str,
-    end_of_range: bool,
-) -> Result<DateTime<Utc>, ApiError> {
-    if let Ok(at) = DateTime::parse_from_rfc3339(raw) {
-        return Ok(at.with_timezone(&Utc));
-    }
-    NaiveDate::parse_from_str(raw, "%Y-%m-%d")
-        .map(|date| {
-            let midnight = date
-                .and_hms_opt(0, 0, 0)
-                .expect("midnight exists")
-                .and_utc();
-            if end_of_range {
-                midnight + chrono::Days::new(1)
-            } else {
-                midnight
-            }
-        })
-        .map_err(|_| {
-            invalid(
-                field,
-                format!("{field} must be an ISO 8601 date or date-time, got `{raw}`"),
-            )
-        })
 }
 
 fn parse_count(
@@ -161,11 +130,11 @@ pub async fn get_credits(
     };
     let start = query
         .get("start_date")
-        .map(|raw| parse_instant("start_date", raw, false))
+        .map(|raw| parse_bound("start_date", raw, false).map(Bound::in_utc))
         .transpose()?;
     let end = query
         .get("end_date")
-        .map(|raw| parse_instant("end_date", raw, true))
+        .map(|raw| parse_bound("end_date", raw, true).map(Bound::in_utc))
         .transpose()?;
     let filter = TransactionFilter {
         kind,

@@ -5,25 +5,17 @@ use chrono::Utc;
 use unigen_shared::db::queries::jobs::{CancelOutcome, JobFilter};
 use unigen_shared::db::{DbError, queries};
 use unigen_shared::domain::{Scope, Tool};
-use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::query_bool;
+use crate::routes::params::{not_found, path_id, query_bool};
 use crate::state::AppState;
 use crate::views::{CancelResponse, JobList, JobView};
 use crate::wait;
 
 const JOB_SCOPES: [Scope; 2] = [Scope::Jobs, Scope::Usage];
 
-fn not_found(raw_id: &str) -> ApiError {
-    ApiError::NotFound(format!("job {raw_id} not found"))
-}
-
-/// Unparseable ids are unknown jobs, answered like any other unknown id.
-fn parse_job_id(raw: &str) -> Result<Uuid, ApiError> {
-    raw.parse().map_err(|_| not_found(raw))
-}
+const KIND: &str = "job";
 
 /// List the organization's jobs, newest first.
 #[utoipa::path(
@@ -105,7 +97,7 @@ pub async fn get_job(
     query: web::Query<HashMap<String, String>>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_any(&JOB_SCOPES)?;
-    let id = parse_job_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let poll = query_bool(&query, "poll", false)?;
     let job = if poll {
         wait::until_finished(&state, caller.org_id, id, state.limits.long_poll).await?
@@ -113,7 +105,7 @@ pub async fn get_job(
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
         queries::jobs::find_for_org(&mut conn, caller.org_id, id)
             .await?
-            .ok_or_else(|| not_found(&path))?
+            .ok_or_else(|| not_found(KIND, &path))?
     };
     Ok(HttpResponse::Ok().json(JobView::new(&job, &state.signer, Utc::now())))
 }
@@ -138,7 +130,7 @@ pub async fn cancel_job(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require_any(&JOB_SCOPES)?;
-    let id = parse_job_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let outcome = {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
         unigen_shared::jobs::cancel(&mut conn, caller.org_id, id).await?
@@ -152,6 +144,6 @@ pub async fn cancel_job(
         CancelOutcome::AlreadyFinished(status) => Err(ApiError::JobFinished(format!(
             "job cannot be cancelled: it is already {status}"
         ))),
-        CancelOutcome::NotFound => Err(not_found(&path)),
+        CancelOutcome::NotFound => Err(not_found(KIND, &path)),
     }
 }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::json_body;
+use crate::routes::params::{json_body, not_found, path_id};
 use crate::state::AppState;
 
 /// Body of `POST /webhooks` (all but `enabled` and `headers` required) and
@@ -159,14 +159,7 @@ pub struct DeliveryList {
     pub deliveries: Vec<DeliveryView>,
 }
 
-fn not_found(raw_id: &str) -> ApiError {
-    ApiError::NotFound(format!("webhook {raw_id} not found"))
-}
-
-/// Unparseable ids are unknown webhooks, like another organization's.
-fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
-    raw.parse().map_err(|_| not_found(raw))
-}
+const KIND: &str = "webhook";
 
 /// Register a webhook; the answer carries its signing secret, shown only here.
 #[utoipa::path(
@@ -263,11 +256,11 @@ pub async fn get_webhook(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Webhooks)?;
-    let id = parse_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     let webhook = queries::webhooks::find_for_org(&mut conn, caller.org_id, id)
         .await?
-        .ok_or_else(|| not_found(&path))?;
+        .ok_or_else(|| not_found(KIND, &path))?;
     Ok(HttpResponse::Ok().json(WebhookView::new(webhook, false)))
 }
 
@@ -294,7 +287,7 @@ pub async fn update_webhook(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Webhooks)?;
-    let id = parse_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let request: WebhookRequest = json_body(&body)?;
     let changes = WebhookUpdate {
         name: match &request.name {
@@ -321,7 +314,7 @@ pub async fn update_webhook(
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     let webhook = queries::webhooks::update(&mut conn, caller.org_id, id, changes)
         .await?
-        .ok_or_else(|| not_found(&path))?;
+        .ok_or_else(|| not_found(KIND, &path))?;
     if webhook.enabled {
         // Deliveries paused while it was disabled are due again.
         state.notifier.events_recorded();
@@ -348,12 +341,12 @@ pub async fn delete_webhook(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Webhooks)?;
-    let id = parse_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     if queries::webhooks::delete(&mut conn, caller.org_id, id).await? {
         Ok(HttpResponse::NoContent().finish())
     } else {
-        Err(not_found(&path))
+        Err(not_found(KIND, &path))
     }
 }
 
@@ -376,12 +369,12 @@ pub async fn rotate_webhook_secret(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Webhooks)?;
-    let id = parse_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let secret = webhooks::generate_secret().map_err(ApiError::internal)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     let webhook = queries::webhooks::rotate_secret(&mut conn, caller.org_id, id, &secret)
         .await?
-        .ok_or_else(|| not_found(&path))?;
+        .ok_or_else(|| not_found(KIND, &path))?;
     Ok(HttpResponse::Ok().json(WebhookView::new(webhook, true)))
 }
 
@@ -406,12 +399,12 @@ pub async fn test_webhook(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Webhooks)?;
-    let id = parse_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let mut pooled = state.pool.get().await.map_err(DbError::from)?;
     let conn: &mut AsyncPgConnection = &mut pooled;
     let webhook = queries::webhooks::find_for_org(conn, caller.org_id, id)
         .await?
-        .ok_or_else(|| not_found(&path))?;
+        .ok_or_else(|| not_found(KIND, &path))?;
     if !webhook.enabled {
         return Err(ApiError::BadRequest(
             "the webhook is disabled; enable it (PATCH enabled=true) to send a test event".into(),
@@ -456,7 +449,7 @@ pub async fn list_webhook_deliveries(
     query: web::Query<HashMap<String, String>>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Webhooks)?;
-    let id = parse_id(&path)?;
+    let id = path_id(KIND, &path)?;
     let limit = match query.get("limit") {
         None => 20,
         Some(raw) => raw
@@ -481,7 +474,7 @@ pub async fn list_webhook_deliveries(
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     queries::webhooks::find_for_org(&mut conn, caller.org_id, id)
         .await?
-        .ok_or_else(|| not_found(&path))?;
+        .ok_or_else(|| not_found(KIND, &path))?;
     let logs = queries::webhooks::recent_deliveries(&mut conn, id, status, limit).await?;
     Ok(HttpResponse::Ok().json(DeliveryList {
         deliveries: logs.into_iter().map(DeliveryView::from).collect(),

@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, Days, NaiveDate, NaiveDateTime, NaiveTime, Utc};
 use unigen_shared::db::queries::usage::TimeUnit;
 use unigen_shared::jobs::ValidationError;
 use uuid::Uuid;
+
+pub use crate::routes::params::{Bound, parse_bound};
 
 pub const DEFAULT_LIMIT: i64 = 100;
 /// The spec's "Usage page size max 1000".
@@ -23,14 +24,6 @@ pub enum Aggregation {
     Series(TimeUnit),
     /// Per model: `by_model`, which every answer carries anyway.
     Model,
-}
-
-/// A range bound as written: an instant (it carried an offset), or a wall
-/// clock time to read in the request's time zone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bound {
-    Instant(DateTime<Utc>),
-    Local(NaiveDateTime),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -123,50 +116,9 @@ impl UsageParams {
     }
 }
 
-/// ISO 8601: a date-time with an offset (`2026-03-01T12:00:00Z`,
-/// `...+05:30`), a local date-time (`2026-03-01T12:00:00`) or a date
-/// (`2026-03-01`: its midnight, or for an end the next midnight, so the end
-/// date is included).
-fn parse_bound(field: &'static str, raw: &str, is_end: bool) -> Result<Bound, ValidationError> {
-    // An unencoded `+` of an offset arrives as a space (form encoding).
-    let repaired;
-    let raw = match raw.len().checked_sub(6).map(|i| raw.split_at(i)) {
-        Some((head, tail)) if tail.starts_with(' ') && head.contains('T') => {
-            repaired = format!("{head}+{}", &tail[1..]);
-            repaired.as_str()
-        }
-        _ => raw,
-    };
-    if let Ok(at) = DateTime::parse_from_rfc3339(raw) {
-        return Ok(Bound::Instant(at.with_timezone(&Utc)));
-    }
-    for pattern in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M"] {
-        if let Ok(local) = NaiveDateTime::parse_from_str(raw, pattern) {
-            return Ok(Bound::Local(local));
-        }
-    }
-    if let Ok(date) = NaiveDate::parse_from_str(raw, "%Y-%m-%d") {
-        let day = if is_end {
-            date.checked_add_days(Days::new(1))
-        } else {
-            Some(date)
-        };
-        if let Some(day) = day {
-            return Ok(Bound::Local(day.and_time(NaiveTime::MIN)));
-        }
-    }
-    Err(ValidationError::new(
-        field,
-        format!(
-            "{field} must be an ISO 8601 date (2026-03-01) or date-time \
-             (2026-03-01T12:00:00Z), got `{raw}`"
-        ),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
-    use chrono::TimeZone;
+    use chrono::{NaiveDateTime, TimeZone, Utc};
 
     use super::*;
 
