@@ -197,12 +197,18 @@ impl ResponseError for ApiError {
     }
 }
 
+const DATABASE_UNAVAILABLE: &str = "the database is unavailable; retry shortly";
+
 impl From<DbError> for ApiError {
     fn from(err: DbError) -> Self {
         match err {
             DbError::Unavailable(e) => {
                 tracing::warn!(error = %e, "database unavailable");
-                ApiError::Unavailable("the database is unavailable; retry shortly".into())
+                ApiError::Unavailable(DATABASE_UNAVAILABLE.into())
+            }
+            DbError::ConnectionLost(e) => {
+                tracing::warn!(error = %e, "database connection lost");
+                ApiError::Unavailable(DATABASE_UNAVAILABLE.into())
             }
             DbError::Query(e) => ApiError::internal(e),
         }
@@ -212,7 +218,7 @@ impl From<DbError> for ApiError {
 /// For query sequences run in a transaction whose error type is `ApiError`.
 impl From<diesel::result::Error> for ApiError {
     fn from(err: diesel::result::Error) -> Self {
-        DbError::Query(err).into()
+        DbError::from(err).into()
     }
 }
 

@@ -11,6 +11,9 @@ use uuid::Uuid;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// Pause between reads while the database is unreachable.
+const DB_RETRY_PAUSE: Duration = Duration::from_millis(250);
+
 /// Returns the job once it is terminal, or as it is when `limit` passes.
 /// Subscribes before reading, so a completion between the read and the wait
 /// still wakes us; re-reads periodically in case a notification was lost.
@@ -23,11 +26,27 @@ pub async fn until_finished(
     let deadline = Instant::now() + limit;
     let mut watch = state.hub.subscribe(id);
     loop {
-        let job = {
-            let mut conn = state.pool.get().await.map_err(DbError::from)?;
-            queries::jobs::find_for_org(&mut conn, org_id, id).await?
+        let read = async {
+            let mut conn = state.pool.get().await?;
+            queries::jobs::find_for_org(&mut conn, org_id, id).await
         }
-        .ok_or_else(|| ApiError::NotFound(format!("job {id} not found")))?;
+        .await;
+        let job = match read {
+            Ok(job) => job.ok_or_else(|| ApiError::NotFound(format!("job {id} not found")))?,
+            // The database is unreachable for a moment (the listener's
+            // reconnect wakes us when it is back): the job is safe in it, so
+            // keep waiting within the limit rather than fail the request.
+            Err(DbError::Unavailable(_) | DbError::ConnectionLost(_))
+                if Instant::now() + DB_RETRY_PAUSE < deadline =>
+            {
+                tokio::select! {
+                    _ = watch.changed() => {}
+                    _ = tokio::time::sleep(DB_RETRY_PAUSE) => {}
+                }
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
         let terminal = job
             .status
             .parse::<JobStatus>()

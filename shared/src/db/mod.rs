@@ -29,8 +29,36 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../migrations");
 pub enum DbError {
     #[error("database unavailable: {0}")]
     Unavailable(#[from] PoolError),
+    /// The connection died under a query (network cut, server restart): the
+    /// database is unreachable for now, not the query wrong.
+    #[error("database connection lost: {0}")]
+    ConnectionLost(diesel::result::Error),
     #[error("query failed: {0}")]
-    Query(#[from] diesel::result::Error),
+    Query(diesel::result::Error),
+}
+
+impl From<diesel::result::Error> for DbError {
+    fn from(err: diesel::result::Error) -> Self {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match &err {
+            // diesel-async reports a dead socket or connection task this way.
+            Error::DatabaseError(
+                DatabaseErrorKind::UnableToSendCommand | DatabaseErrorKind::ClosedConnection,
+                _,
+            ) => DbError::ConnectionLost(err),
+            // The server is shutting down or restarting (SQLSTATE class 57P).
+            Error::DatabaseError(_, info) if is_server_shutdown(info.message()) => {
+                DbError::ConnectionLost(err)
+            }
+            _ => DbError::Query(err),
+        }
+    }
+}
+
+fn is_server_shutdown(message: &str) -> bool {
+    message.starts_with("terminating connection")
+        || message.contains("the database system is shutting down")
+        || message.contains("the database system is starting up")
 }
 
 impl DbError {

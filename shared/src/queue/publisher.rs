@@ -1,4 +1,4 @@
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
@@ -17,6 +17,22 @@ pub enum PublishError {
     NotConfirmed,
     #[error("publish timed out after {0:?}")]
     TimedOut(Duration),
+    /// A connection attempt failed moments ago: not retried before
+    /// `reconnect_after`, so requests do not queue behind a dead broker.
+    #[error("broker unreachable; next connection attempt in {0:?}")]
+    Backoff(Duration),
+}
+
+/// After a failed connection attempt, the next one waits this long,
+/// doubling up to [`MAX_RECONNECT_PAUSE`].
+const MIN_RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+const MAX_RECONNECT_PAUSE: Duration = Duration::from_secs(5);
+
+/// When the next connection attempt may start, and the pause after it fails.
+#[derive(Debug, Clone, Copy)]
+struct ReconnectGate {
+    not_before: Instant,
+    pause: Duration,
 }
 
 /// Publishes job messages with publisher confirms over one long-lived
@@ -29,6 +45,7 @@ pub struct Publisher {
     topology: Topology,
     timeout: Duration,
     state: Mutex<Option<(Connection, Channel)>>,
+    gate: std::sync::Mutex<Option<ReconnectGate>>,
 }
 
 impl Publisher {
@@ -39,10 +56,13 @@ impl Publisher {
             topology,
             timeout,
             state: Mutex::new(None),
+            gate: std::sync::Mutex::new(None),
         }
     }
 
-    /// Connects and declares the topology for every tool.
+    /// Connects and declares the topology for every tool. While the broker
+    /// is down, attempts are spaced out (200 ms doubling to 5 s) and callers
+    /// in between fail at once with [`PublishError::Backoff`].
     pub async fn ensure_connected(&self) -> Result<Channel, PublishError> {
         let mut state = self.state.lock().await;
         if let Some((connection, channel)) = state.as_ref()
@@ -51,6 +71,39 @@ impl Publisher {
         {
             return Ok(channel.clone());
         }
+        let gate = *self.gate.lock().expect("gate lock");
+        if let Some(gate) = gate {
+            let now = Instant::now();
+            if now < gate.not_before {
+                return Err(PublishError::Backoff(gate.not_before - now));
+            }
+        }
+        match self.connect().await {
+            Ok((connection, channel)) => {
+                *self.gate.lock().expect("gate lock") = None;
+                *state = Some((connection, channel.clone()));
+                Ok(channel)
+            }
+            Err(err) => {
+                self.close_gate();
+                Err(err)
+            }
+        }
+    }
+
+    /// Delays the next connection attempt (a longer pause each time in a row).
+    fn close_gate(&self) {
+        let mut gate = self.gate.lock().expect("gate lock");
+        let pause = gate.map_or(MIN_RECONNECT_PAUSE, |g| {
+            (g.pause * 2).min(MAX_RECONNECT_PAUSE)
+        });
+        *gate = Some(ReconnectGate {
+            not_before: Instant::now() + pause,
+            pause,
+        });
+    }
+
+    async fn connect(&self) -> Result<(Connection, Channel), PublishError> {
         let connection = super::connect(&self.url, &self.name).await?;
         let channel = connection.create_channel().await?;
         channel
@@ -58,8 +111,7 @@ impl Publisher {
             .await?;
         let tools: Vec<&str> = Tool::ALL.iter().map(|t| t.as_str()).collect();
         self.topology.declare(&channel, &tools).await?;
-        *state = Some((connection, channel.clone()));
-        Ok(channel)
+        Ok((connection, channel))
     }
 
     /// Publishes and waits for the broker's confirm, within the timeout.
@@ -71,6 +123,9 @@ impl Publisher {
                 Err(err)
             }
             Err(_) => {
+                // A broker that does not answer at all (a dead network path)
+                // must not make every request wait out the timeout.
+                self.close_gate();
                 self.reset().await;
                 Err(PublishError::TimedOut(self.timeout))
             }
