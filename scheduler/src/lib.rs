@@ -2,6 +2,7 @@
 //! billing periods (later: deadlines, retention). Every task is safe to run
 //! in several scheduler processes at once.
 
+mod metrics;
 mod runner;
 mod tasks;
 
@@ -45,7 +46,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         Duration::from_millis(settings.notify.coalesce_ms),
     );
     let tick = Duration::from_millis(settings.scheduler.tick_ms.max(10));
-    let tasks: Vec<Box<dyn Task>> = vec![
+    // Shared by the tasks that count things (passed to their constructors).
+    let metrics = Arc::new(metrics::SchedulerMetrics::new().context("registering metrics")?);
+    let mut tasks: Vec<Box<dyn Task>> = vec![
         Box::new(tasks::relay::Relay::new(
             pool.clone(),
             publisher,
@@ -54,11 +57,25 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         )),
         Box::new(tasks::lease_rescue::LeaseRescue::new(
             pool.clone(),
-            notifier,
+            notifier.clone(),
             settings.jobs.max_attempts,
+            metrics.clone(),
+        )),
+        Box::new(tasks::deadlines::Deadlines::new(
+            pool.clone(),
+            notifier,
+            &settings.jobs,
+            metrics.clone(),
         )),
         Box::new(tasks::billing::Billing::new(pool.clone())),
     ];
+    if settings.jobs.retention_seconds > 0 {
+        tasks.push(Box::new(tasks::retention::Retention::new(
+            pool.clone(),
+            unigen_shared::storage::build_store(&settings.storage),
+            Duration::from_secs(settings.jobs.retention_seconds),
+        )));
+    }
     tracing::info!(
         tasks = tasks.len(),
         tick_ms = tick.as_millis() as u64,
@@ -70,7 +87,16 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         settings.notify.channel.clone(),
         shutdown.clone(),
     );
-    let delivery = tasks::webhooks::WebhookDelivery::new(pool.clone(), settings.webhooks, hub);
+    // Bound to a name: the endpoint stops when `run` ends or is dropped.
+    let _metrics_endpoint = metrics::serve(
+        &settings.scheduler.metrics_addr,
+        metrics.clone(),
+        hub.clone(),
+        &settings.rabbitmq.url,
+        Topology::new(&settings.rabbitmq),
+    );
+    let delivery =
+        tasks::webhooks::WebhookDelivery::new(pool.clone(), settings.webhooks, hub, metrics);
     let mut handles = AbortOnDrop(
         tasks
             .into_iter()

@@ -28,6 +28,9 @@ pub trait FileStore: Send + Sync {
     /// `Ok(None)` when there is no such file.
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StorageError>>;
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
+    /// Deletes every file whose key starts with `<prefix>/` (a job's outputs,
+    /// partial ones of failed attempts included). Missing is not an error.
+    fn delete_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
 }
 
 pub fn build_store(settings: &StorageSettings) -> Arc<dyn FileStore> {
@@ -99,6 +102,15 @@ impl FileStore for LocalDiskStore {
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
         Box::pin(async move {
             match tokio::fs::remove_file(self.path_of(key)?).await {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    fn delete_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
+        Box::pin(async move {
+            match tokio::fs::remove_dir_all(self.path_of(prefix)?).await {
                 Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
                 _ => Ok(()),
             }
@@ -199,11 +211,52 @@ pub fn present_files(
     }
 }
 
+/// Every stored file key a job's JSON names (`"file"` and `"<name>_file"`
+/// at any depth, as [`present_files`] reads them): what retention deletes.
+pub fn stored_files(value: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    let mut keys = Vec::new();
+    let mut stack = vec![value];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                for (name, v) in map {
+                    match v {
+                        Value::String(key) if name == "file" || name.ends_with("_file") => {
+                            keys.push(key.clone())
+                        }
+                        other => stack.push(other),
+                    }
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn stored_files_finds_every_key_present_files_would_sign() {
+        let value = json!({
+            "images": [{"file": "o/j/0.png", "width": 2}, {"file": "o/j/1.png"}],
+            "audio_file": "o/j/s.mp3",
+            "inputs": {"image": {"file": "o/inputs/a.png"}},
+            "prompt": "a file",
+        });
+        let mut keys = stored_files(&value);
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["o/inputs/a.png", "o/j/0.png", "o/j/1.png", "o/j/s.mp3"]
+        );
+    }
 
     fn signer() -> UrlSigner {
         UrlSigner::new("secret", "http://h:1/", Duration::from_secs(60))

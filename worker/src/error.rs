@@ -26,4 +26,15 @@ impl ToolError {
             ToolError::Storage(_) => "storing the output failed".into(),
         }
     }
+
+    /// The `reason` label of `unigen_job_failures_total`: a fixed, small set.
+    /// A transient provider error only gets here once its retries ran out.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ToolError::Provider(ProviderError::Transient(_)) => "provider_transient",
+            ToolError::Provider(ProviderError::Permanent(_)) => "provider_permanent",
+            ToolError::InvalidParams(_) => "invalid_params",
+            ToolError::Storage(_) => "storage",
+        }
+    }
 }

@@ -62,7 +62,8 @@ pub async fn run_claimed(
             () = watch_ownership(context, id, attempt) => Outcome::NoLongerOurs,
             () = hard_stop.cancelled() => Outcome::Shutdown,
         };
-        let duration_ms = started.elapsed().as_millis() as u64;
+        let elapsed = started.elapsed();
+        let duration_ms = elapsed.as_millis() as u64;
         match outcome {
             Outcome::Finished(Ok(output)) => {
                 match settle(
@@ -73,7 +74,10 @@ pub async fn run_claimed(
                 )
                 .await
                 {
-                    Some(true) => tracing::info!(duration_ms, "job completed"),
+                    Some(true) => {
+                        context.metrics.job_completed(tool, &job.model, elapsed);
+                        tracing::info!(duration_ms, "job completed");
+                    }
                     Some(false) => {
                         tracing::info!(duration_ms, "job was cancelled meanwhile; result discarded")
                     }
@@ -83,13 +87,20 @@ pub async fn run_claimed(
             Outcome::Finished(Err(err)) => {
                 let message = err.client_message();
                 tracing::warn!(error = %err, duration_ms, "job failed");
-                settle(
+                let settled = settle(
                     context,
                     &job,
                     duration_ms as i64,
                     Settlement::Fail(&message),
                 )
                 .await;
+                // Counted once written: an unwritten failure is retried and
+                // would otherwise count twice.
+                if settled == Some(true) {
+                    context
+                        .metrics
+                        .job_failed(tool, &job.model, err.reason(), elapsed);
+                }
             }
             Outcome::NoLongerOurs => {
                 tracing::info!(duration_ms, "job cancelled or taken over; aborted")

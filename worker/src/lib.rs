@@ -4,6 +4,7 @@
 mod consumer;
 mod error;
 mod execute;
+mod metrics;
 mod registry;
 mod tools;
 
@@ -44,6 +45,7 @@ pub(crate) struct WorkerContext {
     pub amqp: SharedConnection,
     pub topology: Topology,
     pub concurrency: usize,
+    pub metrics: Arc<metrics::WorkerMetrics>,
 }
 
 /// Parses the configured tool names.
@@ -101,8 +103,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         amqp: SharedConnection::new(&settings.rabbitmq.url, "unigen-worker"),
         topology: Topology::new(&settings.rabbitmq),
         concurrency: settings.worker.concurrency,
+        metrics: Arc::new(metrics::WorkerMetrics::new().context("registering metrics")?),
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, concurrency = context.concurrency, "worker started");
+    // Bound to a name: the endpoint stops when `run` ends or is dropped.
+    let _metrics_endpoint = metrics::serve(
+        &settings.worker.metrics_addr,
+        context.metrics.clone(),
+        context.hub.clone(),
+    );
 
     let jobs = TaskTracker::new();
     let hard_stop = CancellationToken::new();

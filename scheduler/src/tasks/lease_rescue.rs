@@ -1,12 +1,14 @@
 //! Lease rescue: a job whose worker died (no lease renewal) goes back to the
 //! queue, or fails after `jobs.max_attempts` claims.
 
+use std::sync::Arc;
+
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
 use unigen_shared::db::{DbError, PgPool, queries};
-use unigen_shared::events;
 use unigen_shared::notify::Notifier;
 
+use crate::metrics::SchedulerMetrics;
 use crate::runner::{Activity, Task};
 
 const BATCH: i64 = 200;
@@ -15,14 +17,21 @@ pub struct LeaseRescue {
     pool: PgPool,
     notifier: Notifier,
     max_attempts: i32,
+    metrics: Arc<SchedulerMetrics>,
 }
 
 impl LeaseRescue {
-    pub fn new(pool: PgPool, notifier: Notifier, max_attempts: i32) -> Self {
+    pub fn new(
+        pool: PgPool,
+        notifier: Notifier,
+        max_attempts: i32,
+        metrics: Arc<SchedulerMetrics>,
+    ) -> Self {
         Self {
             pool,
             notifier,
             max_attempts,
+            metrics,
         }
     }
 
@@ -34,18 +43,13 @@ impl LeaseRescue {
             .transaction::<_, DbError, _>(async |conn| {
                 let rescued =
                     queries::jobs::rescue_expired_leases(conn, self.max_attempts, BATCH).await?;
-                for job in rescued.iter().filter(|job| job.status == "failed") {
-                    let message = job.error_message.as_deref().unwrap_or("the job failed");
-                    let event = events::generation_failed(
-                        job.org_id, job.id, &job.tool, &job.model, message,
-                    );
-                    queries::events::insert(conn, &event).await?;
-                    // Given up on: the job consumes nothing.
-                    queries::billing::release(conn, job.id, None).await?;
-                }
+                super::record_given_up(conn, &rescued).await?;
                 Ok(rescued)
             })
             .await?;
+        for job in rescued.iter().filter(|job| job.status == "failed") {
+            self.metrics.job_failed(&job.tool, "worker_lost");
+        }
         if rescued.iter().any(|job| job.status == "failed") {
             self.notifier.events_recorded();
         }

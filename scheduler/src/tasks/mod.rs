@@ -1,4 +1,27 @@
 pub mod billing;
+pub mod deadlines;
 pub mod lease_rescue;
 pub mod relay;
+pub mod retention;
 pub mod webhooks;
+
+use diesel_async::AsyncPgConnection;
+use unigen_shared::db::queries::jobs::RescuedJob;
+use unigen_shared::db::{DbError, queries};
+use unigen_shared::events;
+
+/// For jobs the scheduler just failed (out of attempts, past the deadline):
+/// their `generation.failed` events, and their reservations released (a
+/// failed job consumes nothing). Call in the transaction that failed them.
+pub(crate) async fn record_given_up(
+    conn: &mut AsyncPgConnection,
+    jobs: &[RescuedJob],
+) -> Result<(), DbError> {
+    for job in jobs.iter().filter(|job| job.status == "failed") {
+        let message = job.error_message.as_deref().unwrap_or("the job failed");
+        let event = events::generation_failed(job.org_id, job.id, &job.tool, &job.model, message);
+        queries::events::insert(conn, &event).await?;
+        queries::billing::release(conn, job.id, None).await?;
+    }
+    Ok(())
+}

@@ -7,6 +7,7 @@
 //! until the earliest `next_attempt_at`, at most `poll_seconds` (the safety
 //! net for a lost notification).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -16,6 +17,8 @@ use unigen_shared::db::queries::webhooks::{self as queries, ClaimedDelivery, Set
 use unigen_shared::db::{DbError, PgPool};
 use unigen_shared::notify::{EVENTS_RECORDED, ListenerHub};
 use unigen_shared::webhooks::{DeliveryClient, SignedRequest, WebhookSettings};
+
+use crate::metrics::SchedulerMetrics;
 
 /// Shortest sleep when something is already due but was not claimable
 /// (another scheduler holds it for the moment): never spin.
@@ -27,15 +30,22 @@ pub struct WebhookDelivery {
     client: DeliveryClient,
     settings: WebhookSettings,
     hub: ListenerHub,
+    metrics: Arc<SchedulerMetrics>,
 }
 
 impl WebhookDelivery {
-    pub fn new(pool: PgPool, settings: WebhookSettings, hub: ListenerHub) -> Self {
+    pub fn new(
+        pool: PgPool,
+        settings: WebhookSettings,
+        hub: ListenerHub,
+        metrics: Arc<SchedulerMetrics>,
+    ) -> Self {
         Self {
             pool,
             client: DeliveryClient::new(&settings),
             settings,
             hub,
+            metrics,
         }
     }
 
@@ -84,12 +94,13 @@ impl WebhookDelivery {
         };
         let count = claimed.len();
         for delivery in claimed {
-            let (pool, client, settings) = (
+            let (pool, client, settings, metrics) = (
                 self.pool.clone(),
                 self.client.clone(),
                 self.settings.clone(),
+                self.metrics.clone(),
             );
-            in_flight.spawn(attempt(pool, client, settings, delivery));
+            in_flight.spawn(attempt(pool, client, settings, metrics, delivery));
         }
         Ok(count)
     }
@@ -129,6 +140,7 @@ async fn attempt(
     pool: PgPool,
     client: DeliveryClient,
     settings: WebhookSettings,
+    metrics: Arc<SchedulerMetrics>,
     delivery: ClaimedDelivery,
 ) {
     let started_at = Utc::now();
@@ -146,6 +158,7 @@ async fn attempt(
         queries::record_attempt(&mut conn, &delivery, started_at, &outcome, &settings).await
     }
     .await;
+    metrics.webhook_attempt(outcome_label(&recorded), outcome.duration);
     let duration_ms = outcome.duration.as_millis() as u64;
     let status_code = outcome.status_code;
     let error = outcome.error.as_deref();
@@ -187,5 +200,17 @@ async fn attempt(
         Err(err) => {
             tracing::error!(error = %err, "recording a webhook attempt failed; the lease will expire and the delivery be retried");
         }
+    }
+}
+
+/// The `outcome` label of `unigen_webhook_attempts_total`.
+fn outcome_label(recorded: &Result<Settled, DbError>) -> &'static str {
+    match recorded {
+        Ok(Settled::Succeeded) => "succeeded",
+        Ok(Settled::RetryScheduled) => "retry_scheduled",
+        Ok(Settled::Failed { .. }) => "failed",
+        Ok(Settled::Deleted) => "deleted",
+        Ok(Settled::Stale) => "stale",
+        Err(_) => "record_error",
     }
 }

@@ -113,13 +113,36 @@ pub struct FetchSettings {
     pub allow_private_addresses: bool,
 }
 
-/// `[jobs]`: `sync_wait_seconds`, `long_poll_seconds`, `lease_seconds`, `max_attempts`.
+/// `[jobs]`: `sync_wait_seconds`, `long_poll_seconds`, `lease_seconds`,
+/// `max_attempts`, `max_run_seconds.<tool>`, `retention_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct JobSettings {
     pub sync_wait_seconds: u64,
     pub long_poll_seconds: u64,
     pub lease_seconds: u64,
     pub max_attempts: i32,
+    /// Longest one attempt of a tool's job may run before the scheduler
+    /// fails it; a tool not listed gets [`DEFAULT_MAX_RUN_SECONDS`].
+    #[serde(default)]
+    pub max_run_seconds: std::collections::BTreeMap<String, u64>,
+    /// Finished jobs (and their files) are deleted this long after they
+    /// finished; 0 keeps them forever.
+    pub retention_seconds: u64,
+}
+
+/// The deadline of a tool missing from `jobs.max_run_seconds`.
+pub const DEFAULT_MAX_RUN_SECONDS: u64 = 3600;
+
+impl JobSettings {
+    /// The maximum run time of one attempt of `tool`'s jobs.
+    pub fn max_run(&self, tool: crate::domain::Tool) -> std::time::Duration {
+        std::time::Duration::from_secs(
+            self.max_run_seconds
+                .get(tool.as_str())
+                .copied()
+                .unwrap_or(DEFAULT_MAX_RUN_SECONDS),
+        )
+    }
 }
 
 /// `[notify]`: `channel`, `coalesce_ms`, `recheck_seconds`.
@@ -130,20 +153,39 @@ pub struct NotifySettings {
     pub recheck_seconds: u64,
 }
 
-/// `[worker]`: `tools`, `concurrency` (per tool), `grace_seconds`.
+/// `[worker]`: `tools`, `concurrency` (per tool), `grace_seconds`,
+/// `metrics_addr`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct WorkerSettings {
     pub tools: Vec<String>,
     pub concurrency: usize,
     pub grace_seconds: u64,
+    /// Where the worker serves `GET /metrics` and `GET /healthz`; empty: no
+    /// endpoint. A port in use is logged and the worker runs without it.
+    #[serde(default = "default_worker_metrics_addr")]
+    pub metrics_addr: String,
 }
 
-/// `[scheduler]`: `tick_ms`, `relay_after_seconds`, `relay_batch`.
+fn default_worker_metrics_addr() -> String {
+    "127.0.0.1:9101".into()
+}
+
+/// `[scheduler]`: `tick_ms`, `relay_after_seconds`, `relay_batch`,
+/// `metrics_addr`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SchedulerSettings {
     pub tick_ms: u64,
     pub relay_after_seconds: u64,
     pub relay_batch: i64,
+    /// Where the scheduler serves `GET /metrics` (including the queue
+    /// depths) and `GET /healthz`; empty: no endpoint. A port in use is
+    /// logged and the scheduler runs without it.
+    #[serde(default = "default_scheduler_metrics_addr")]
+    pub metrics_addr: String,
+}
+
+fn default_scheduler_metrics_addr() -> String {
+    "127.0.0.1:9102".into()
 }
 
 /// `[local_provider]`: `latency_ms`, `failure_rate`.
@@ -239,6 +281,16 @@ impl Settings {
         }
         if self.jobs.max_attempts < 1 {
             return bad("jobs.max_attempts must be at least 1".into());
+        }
+        for (tool, seconds) in &self.jobs.max_run_seconds {
+            if tool.parse::<crate::domain::Tool>().is_err() {
+                return bad(format!(
+                    "jobs.max_run_seconds names an unknown tool `{tool}`"
+                ));
+            }
+            if *seconds == 0 {
+                return bad(format!("jobs.max_run_seconds.{tool} must be at least 1"));
+            }
         }
         if !matches!(self.rabbitmq.queue_type.as_str(), "quorum" | "classic") {
             return bad(format!(

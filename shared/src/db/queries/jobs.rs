@@ -371,3 +371,66 @@ pub async fn rescue_expired_leases(
     .load(conn)
     .await?)
 }
+
+/// Processing jobs of `tool` whose current attempt started more than
+/// `max_run` ago: failed with a reason (not retried: another attempt would
+/// most likely overrun too). The worker running one sees it is no longer
+/// its job and aborts.
+pub async fn fail_overdue(
+    conn: &mut AsyncPgConnection,
+    tool: Tool,
+    max_run: Duration,
+    limit: i64,
+) -> Result<Vec<RescuedJob>, DbError> {
+    Ok(diesel::sql_query(
+        "UPDATE jobs SET status = 'failed', \
+             error_message = 'the job exceeded its maximum run time of ' || $2 || ' s', \
+             actual_credits = 0, completed_at = now(), lease_expires_at = NULL \
+         WHERE id IN (SELECT id FROM jobs WHERE status = 'processing' AND tool = $1 \
+                        AND started_at < now() - make_interval(secs => $2) \
+                      ORDER BY started_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, org_id, tool, model, error_message, status, attempt",
+    )
+    .bind::<Text, _>(tool.as_str())
+    .bind::<BigInt, _>(max_run.as_secs() as i64)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ExpiredJob {
+    #[diesel(sql_type = SqlUuid)]
+    pub id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    pub org_id: Uuid,
+    #[diesel(sql_type = diesel::sql_types::Jsonb)]
+    pub input_params: serde_json::Value,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Jsonb>)]
+    pub output_data: Option<serde_json::Value>,
+}
+
+/// Finished jobs that finished more than `retention` ago, oldest first,
+/// locked for this transaction (concurrent schedulers take disjoint batches).
+pub async fn lock_expired(
+    conn: &mut AsyncPgConnection,
+    retention: Duration,
+    limit: i64,
+) -> Result<Vec<ExpiredJob>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT id, org_id, input_params, output_data FROM jobs \
+         WHERE status IN ('completed', 'failed', 'cancelled') \
+           AND completed_at < now() - make_interval(secs => $1) \
+         ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind::<BigInt, _>(retention.as_secs() as i64)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+pub async fn delete(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    Ok(diesel::delete(jobs::table.filter(jobs::id.eq_any(ids)))
+        .execute(conn)
+        .await?)
+}

@@ -1,0 +1,329 @@
+//! The scheduler's Prometheus metrics and its small `GET /metrics` +
+//! `GET /healthz` endpoint (`scheduler.metrics_addr`).
+//!
+//! The queue depths live here rather than in the API: one scheduler (or a
+//! few) asks the broker per scrape, where every API replica would.
+//!
+//! Tasks get the metrics as an `Arc<SchedulerMetrics>` passed to their
+//! constructor in `crate::run`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use lapin::Channel;
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use serde_json::json;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use unigen_shared::domain::Tool;
+use unigen_shared::notify::ListenerHub;
+use unigen_shared::queue::{SharedConnection, Topology};
+
+/// A scrape never waits longer than this on the broker.
+const BROKER_READ_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Attempts are bounded by `webhooks.timeout_ms` (10 s by default).
+const WEBHOOK_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+pub struct SchedulerMetrics {
+    registry: Registry,
+    job_failures: IntCounterVec,
+    webhook_attempts: IntCounterVec,
+    webhook_duration: Histogram,
+    queue_depth: IntGaugeVec,
+    dead_letter_depth: IntGaugeVec,
+    queue_consumers: IntGaugeVec,
+    listener_connected: IntGauge,
+    listener_reconnects: IntCounter,
+}
+
+impl SchedulerMetrics {
+    pub fn new() -> prometheus::Result<Self> {
+        let registry = Registry::new();
+        let job_failures = IntCounterVec::new(
+            Opts::new(
+                "unigen_job_failures_total",
+                "Jobs that failed for good, by reason",
+            ),
+            &["tool", "reason"],
+        )?;
+        let webhook_attempts = IntCounterVec::new(
+            Opts::new(
+                "unigen_webhook_attempts_total",
+                "Webhook delivery attempts, by what recording them settled",
+            ),
+            &["outcome"],
+        )?;
+        let webhook_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "unigen_webhook_attempt_duration_seconds",
+                "Duration of webhook delivery attempts (the POST)",
+            )
+            .buckets(WEBHOOK_DURATION_BUCKETS.to_vec()),
+        )?;
+        let queue_depth = IntGaugeVec::new(
+            Opts::new(
+                "unigen_queue_depth",
+                "Messages ready in a tool's job queue (read from RabbitMQ at scrape time)",
+            ),
+            &["tool"],
+        )?;
+        let dead_letter_depth = IntGaugeVec::new(
+            Opts::new(
+                "unigen_dead_letter_depth",
+                "Messages in a tool's dead-letter queue (read from RabbitMQ at scrape time)",
+            ),
+            &["tool"],
+        )?;
+        let queue_consumers = IntGaugeVec::new(
+            Opts::new(
+                "unigen_queue_consumers",
+                "Consumers (worker tool slots) on a tool's job queue (read at scrape time)",
+            ),
+            &["tool"],
+        )?;
+        let listener_connected = IntGauge::new(
+            "unigen_listener_connected",
+            "1 while the LISTEN connection is up",
+        )?;
+        let listener_reconnects = IntCounter::new(
+            "unigen_listener_reconnects_total",
+            "LISTEN connection re-establishments",
+        )?;
+        registry.register(Box::new(job_failures.clone()))?;
+        registry.register(Box::new(webhook_attempts.clone()))?;
+        registry.register(Box::new(webhook_duration.clone()))?;
+        registry.register(Box::new(queue_depth.clone()))?;
+        registry.register(Box::new(dead_letter_depth.clone()))?;
+        registry.register(Box::new(queue_consumers.clone()))?;
+        registry.register(Box::new(listener_connected.clone()))?;
+        registry.register(Box::new(listener_reconnects.clone()))?;
+        Ok(Self {
+            registry,
+            job_failures,
+            webhook_attempts,
+            webhook_duration,
+            queue_depth,
+            dead_letter_depth,
+            queue_consumers,
+            listener_connected,
+            listener_reconnects,
+        })
+    }
+
+    /// Counts a job the scheduler failed for good in
+    /// `unigen_job_failures_total{tool, reason}`. Call it after the commit
+    /// that failed the job. `reason` is a fixed snake_case word per cause
+    /// (`worker_lost`, `deadline_exceeded`): it is a label, so never put
+    /// anything variable in it.
+    pub fn job_failed(&self, tool: &str, reason: &'static str) {
+        self.job_failures.with_label_values(&[tool, reason]).inc();
+    }
+
+    /// Counts a webhook attempt by the outcome recorded for it
+    /// (`succeeded`, `retry_scheduled`, `failed`, `deleted`, `stale`,
+    /// `record_error`) and observes how long its POST took.
+    pub fn webhook_attempt(&self, outcome: &'static str, duration: Duration) {
+        // Duration first: a scrape that sees the count sees its duration too.
+        self.webhook_duration.observe(duration.as_secs_f64());
+        self.webhook_attempts.with_label_values(&[outcome]).inc();
+    }
+
+    /// Brings the read-at-scrape-time gauges up to date.
+    async fn refresh(&self, hub: &ListenerHub, broker: &Broker) {
+        self.listener_connected.set(i64::from(hub.is_connected()));
+        let (reconnects, seen) = (hub.reconnects(), self.listener_reconnects.get());
+        if reconnects > seen {
+            self.listener_reconnects.inc_by(reconnects - seen);
+        }
+        // Gauges the broker did not answer for are left out, not left stale.
+        self.queue_depth.reset();
+        self.dead_letter_depth.reset();
+        self.queue_consumers.reset();
+        if tokio::time::timeout(BROKER_READ_TIMEOUT, self.read_queues(broker))
+            .await
+            .is_err()
+        {
+            tracing::debug!("reading queue depths timed out");
+        }
+    }
+
+    async fn read_queues(&self, broker: &Broker) {
+        let mut channel = None;
+        for tool in Tool::ALL {
+            let tool = tool.as_str();
+            if let Some(queue) = broker
+                .inspect(&mut channel, &broker.topology.queue(tool))
+                .await
+            {
+                self.queue_depth
+                    .with_label_values(&[tool])
+                    .set(i64::from(queue.message_count()));
+                self.queue_consumers
+                    .with_label_values(&[tool])
+                    .set(i64::from(queue.consumer_count()));
+            }
+            if let Some(queue) = broker
+                .inspect(&mut channel, &broker.topology.dead_letter_queue(tool))
+                .await
+            {
+                self.dead_letter_depth
+                    .with_label_values(&[tool])
+                    .set(i64::from(queue.message_count()));
+            }
+        }
+        if let Some(channel) = channel {
+            let _ = channel.close(200, "metrics read".into()).await;
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
+            tracing::warn!(error = %err, "encoding metrics failed");
+        }
+        String::from_utf8(buffer).unwrap_or_default()
+    }
+}
+
+/// The broker connection of the scrapes: opened on the first scrape, and
+/// separate from the relay's publisher, whose channel a failed passive
+/// declare (404: queue not declared yet) would close.
+struct Broker {
+    connection: SharedConnection,
+    topology: Topology,
+}
+
+impl Broker {
+    /// Passively declares `queue`: its counts, or `None` (logged at debug) if
+    /// the broker is unreachable or the queue does not exist (yet).
+    async fn inspect(&self, channel: &mut Option<Channel>, queue: &str) -> Option<lapin::Queue> {
+        let open = match channel.take() {
+            Some(open) if open.status().connected() => open,
+            _ => match self.connection.channel().await {
+                Ok(open) => open,
+                Err(err) => {
+                    tracing::debug!(error = %err, "no broker channel for queue depths");
+                    return None;
+                }
+            },
+        };
+        let declared = open
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        match declared {
+            Ok(declared) => {
+                *channel = Some(open);
+                Some(declared)
+            }
+            // The broker closed the channel; the next queue opens another.
+            Err(err) => {
+                tracing::debug!(queue, error = %err, "reading a queue depth failed");
+                None
+            }
+        }
+    }
+}
+
+/// Serves `GET /metrics` and `GET /healthz` on `addr` until the returned
+/// guard is dropped (the end of `run`). `None` when `addr` is empty, or when
+/// it cannot be bound: that is logged as an error and the scheduler runs on,
+/// since metrics are not worth stopping relay, rescue and deliveries for.
+pub(crate) fn serve(
+    addr: &str,
+    metrics: Arc<SchedulerMetrics>,
+    hub: ListenerHub,
+    rabbitmq_url: &str,
+    topology: Topology,
+) -> Option<DropGuard> {
+    if addr.is_empty() {
+        return None;
+    }
+    let scrape = Arc::new(Scrape {
+        metrics,
+        hub,
+        broker: Broker {
+            connection: SharedConnection::new(rabbitmq_url, "unigen-scheduler-metrics"),
+            topology,
+        },
+        // The broker and its connection belong to this (the main) runtime,
+        // not to the endpoint's own worker thread.
+        runtime: tokio::runtime::Handle::current(),
+    });
+    let state = web::Data::from(scrape.clone());
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .route("/metrics", web::get().to(render_metrics))
+            .route("/healthz", web::get().to(healthz))
+    })
+    // Scrapes are rare: one thread, no signal handling of its own.
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind(addr);
+    let server = match server {
+        Ok(server) => server,
+        Err(err) => {
+            tracing::error!(addr, error = %err, "binding the metrics endpoint failed; running without it");
+            return None;
+        }
+    };
+    tracing::info!(addrs = ?server.addrs(), "metrics endpoint listening");
+    let server = server.run();
+    let handle = server.handle();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        stopped.cancelled().await;
+        handle.stop(false).await;
+        scrape.broker.connection.close().await;
+    });
+    tokio::spawn(async move {
+        if let Err(err) = server.await {
+            tracing::error!(error = %err, "the metrics endpoint failed");
+        }
+    });
+    Some(stop.drop_guard())
+}
+
+struct Scrape {
+    metrics: Arc<SchedulerMetrics>,
+    hub: ListenerHub,
+    broker: Broker,
+    runtime: tokio::runtime::Handle,
+}
+
+async fn render_metrics(scrape: web::Data<Scrape>) -> HttpResponse {
+    let scrape = scrape.into_inner();
+    let body = scrape
+        .runtime
+        .clone()
+        .spawn(async move {
+            scrape.metrics.refresh(&scrape.hub, &scrape.broker).await;
+            scrape.metrics.render()
+        })
+        .await
+        .unwrap_or_default();
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(body)
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok" }))
+}

@@ -1,0 +1,84 @@
+//! Job deadlines: a processing job whose attempt has run longer than its
+//! tool's `jobs.max_run_seconds` fails with a reason. The worker running it
+//! is woken by the job's notification, finds the job no longer its own and
+//! aborts the provider call (or, without the notification, at its next lease
+//! renewal).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use futures_util::future::BoxFuture;
+use unigen_shared::config::JobSettings;
+use unigen_shared::db::{DbError, PgPool, queries};
+use unigen_shared::domain::Tool;
+use unigen_shared::notify::Notifier;
+
+use crate::metrics::SchedulerMetrics;
+use crate::runner::{Activity, Task};
+
+const BATCH: i64 = 200;
+
+pub struct Deadlines {
+    pool: PgPool,
+    notifier: Notifier,
+    limits: Vec<(Tool, Duration)>,
+    metrics: Arc<SchedulerMetrics>,
+}
+
+impl Deadlines {
+    pub fn new(
+        pool: PgPool,
+        notifier: Notifier,
+        jobs: &JobSettings,
+        metrics: Arc<SchedulerMetrics>,
+    ) -> Self {
+        let limits = Tool::ALL
+            .iter()
+            .map(|&tool| (tool, jobs.max_run(tool)))
+            .collect();
+        Self {
+            pool,
+            notifier,
+            limits,
+            metrics,
+        }
+    }
+
+    async fn round(&self) -> anyhow::Result<Activity> {
+        let mut pooled = self.pool.get().await.map_err(DbError::from)?;
+        let conn: &mut AsyncPgConnection = &mut pooled;
+        let mut busy = false;
+        for &(tool, max_run) in &self.limits {
+            // The failure, its event and the released reservation commit together.
+            let failed = conn
+                .transaction::<_, DbError, _>(async |conn| {
+                    let failed = queries::jobs::fail_overdue(conn, tool, max_run, BATCH).await?;
+                    super::record_given_up(conn, &failed).await?;
+                    Ok(failed)
+                })
+                .await?;
+            if failed.is_empty() {
+                continue;
+            }
+            busy |= failed.len() as i64 == BATCH;
+            self.notifier.events_recorded();
+            for job in &failed {
+                self.metrics.job_failed(&job.tool, "deadline_exceeded");
+                tracing::warn!(job.id = %job.id, %tool, attempt = job.attempt, max_run_seconds = max_run.as_secs(), "job past its deadline; failed");
+                self.notifier.job_changed(job.id);
+            }
+        }
+        Ok(if busy { Activity::Busy } else { Activity::Idle })
+    }
+}
+
+impl Task for Deadlines {
+    fn name(&self) -> &'static str {
+        "deadlines"
+    }
+
+    fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {
+        Box::pin(self.round())
+    }
+}

@@ -1,0 +1,81 @@
+//! Retention: finished jobs are deleted `jobs.retention_seconds` after they
+//! finished, with their stored inputs and outputs; a deleted job is a 404
+//! like an unknown one. Files go first, inside the transaction that holds
+//! the rows: if the process dies half-way, the rows are still there and the
+//! next round deletes what is left, so no file is orphaned.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use futures_util::future::BoxFuture;
+use unigen_shared::db::{PgPool, queries};
+use unigen_shared::storage::{FileStore, stored_files};
+
+use crate::runner::{Activity, Task};
+
+const BATCH: i64 = 200;
+
+pub struct Retention {
+    pool: PgPool,
+    store: Arc<dyn FileStore>,
+    retention: Duration,
+}
+
+impl Retention {
+    pub fn new(pool: PgPool, store: Arc<dyn FileStore>, retention: Duration) -> Self {
+        Self {
+            pool,
+            store,
+            retention,
+        }
+    }
+
+    async fn round(&self) -> anyhow::Result<Activity> {
+        let mut pooled = self.pool.get().await?;
+        let conn: &mut AsyncPgConnection = &mut pooled;
+        let deleted = conn
+            .transaction::<_, anyhow::Error, _>(async |conn| {
+                let expired = queries::jobs::lock_expired(conn, self.retention, BATCH).await?;
+                for job in &expired {
+                    let mut keys = stored_files(&job.input_params);
+                    keys.extend(
+                        job.output_data
+                            .as_ref()
+                            .map(stored_files)
+                            .unwrap_or_default(),
+                    );
+                    for key in &keys {
+                        self.store.delete(key).await?;
+                    }
+                    // Outputs live under `<org>/<job>/`, partial ones of
+                    // failed attempts too.
+                    self.store
+                        .delete_prefix(&format!("{}/{}", job.org_id, job.id))
+                        .await?;
+                }
+                let ids: Vec<_> = expired.iter().map(|job| job.id).collect();
+                queries::jobs::delete(conn, &ids).await?;
+                Ok(ids.len())
+            })
+            .await?;
+        if deleted > 0 {
+            tracing::info!(jobs = deleted, "expired jobs deleted");
+        }
+        Ok(if deleted as i64 == BATCH {
+            Activity::Busy
+        } else {
+            Activity::Idle
+        })
+    }
+}
+
+impl Task for Retention {
+    fn name(&self) -> &'static str {
+        "retention"
+    }
+
+    fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {
+        Box::pin(self.round())
+    }
+}
