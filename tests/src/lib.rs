@@ -4,6 +4,8 @@
 //! name prefix (queues expire once unused), and a private files directory.
 
 mod database;
+mod process;
+mod proxy;
 
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ use unigen_shared::domain::{ApiKeyMaterial, Scope};
 use uuid::Uuid;
 
 pub use database::TestDatabase;
+pub use process::StackProcess;
+pub use proxy::FaultProxy;
 
 pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -134,7 +138,9 @@ impl TestApp {
             .collect();
         settings.worker.concurrency = 4;
         settings.worker.grace_seconds = 2;
+        settings.worker.metrics_addr = String::new();
         settings.scheduler.tick_ms = 100;
+        settings.scheduler.metrics_addr = String::new();
         settings.scheduler.relay_after_seconds = 1;
         settings.fetch.allow_private_addresses = true;
         // Webhook receivers in tests listen on loopback over plain http.
@@ -404,6 +410,20 @@ impl TestApp {
                 eprintln!("scheduler stopped with an error: {err:#}");
             }
         })
+    }
+
+    /// Starts `component` (`worker` or `scheduler`) as its own OS process:
+    /// `binary` is this package's `unigen-stack`
+    /// (`env!("CARGO_BIN_EXE_unigen-stack")` in a test).
+    pub fn spawn_process(
+        &self,
+        binary: &str,
+        component: &str,
+        configure: impl FnOnce(&mut Settings),
+    ) -> StackProcess {
+        let mut settings = self.settings.clone();
+        configure(&mut settings);
+        StackProcess::start(binary, component, &settings)
     }
 
     /// How many times the job was claimed.

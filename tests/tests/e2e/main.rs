@@ -4,14 +4,17 @@
 mod auth;
 mod chat;
 mod events;
+mod faults;
 mod images;
 mod jobs;
 mod legacy;
 mod limits;
 mod media;
 mod metering;
+mod metrics;
 mod ops;
 mod pipeline;
+mod recovery;
 mod replicate;
 mod sdk;
 mod tools;
