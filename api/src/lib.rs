@@ -154,7 +154,7 @@ pub async fn spawn(
     })
     .workers(settings.http.workers.max(1))
     .disable_signals()
-    .shutdown_timeout(settings.worker.grace_seconds);
+    .shutdown_timeout(settings.http.shutdown_grace_seconds);
     let server = server.listen(listener)?.run();
     let handle = server.handle();
     tracing::info!(%addr, "API listening");

@@ -105,9 +105,21 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     );
     handles.0.push(tokio::spawn(delivery.run(shutdown.clone())));
     handles.0.push(hub_task);
-    for handle in &mut handles.0 {
-        let _ = handle.await;
+    let finished = async {
+        for handle in &mut handles.0 {
+            let _ = handle.await;
+        }
+    };
+    let grace = Duration::from_secs(settings.scheduler.grace_seconds);
+    tokio::select! {
+        () = finished => {}
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            // Dropping the handles aborts what is left; a webhook attempt cut
+            // off here is retried by another scheduler when its lease expires.
+            tracing::warn!(grace_seconds = grace.as_secs(), "grace period over; stopping the remaining tasks");
+        }
     }
+    drop(handles);
     let _ = tokio::time::timeout(Duration::from_secs(2), notifier_task).await;
     tracing::info!("scheduler stopped");
     Ok(())

@@ -380,6 +380,12 @@ impl TestApp {
         self.client.get(url).send().await.expect("download")
     }
 
+    /// Sends the API (and the in-process scheduler, which shares its
+    /// signal) the graceful shutdown SIGTERM starts in the binaries.
+    pub fn stop_api(&self) {
+        self.shutdown.cancel();
+    }
+
     /// Starts the default worker's graceful shutdown.
     pub fn stop_worker(&self) {
         self.worker_shutdown.cancel();

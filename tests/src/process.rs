@@ -91,6 +91,10 @@ fn settings_env(s: &Settings) -> Vec<(String, String)> {
         ("SCHEDULER__METRICS_ADDR", s.scheduler.metrics_addr.clone()),
         ("SCHEDULER__TICK_MS", s.scheduler.tick_ms.to_string()),
         (
+            "SCHEDULER__GRACE_SECONDS",
+            s.scheduler.grace_seconds.to_string(),
+        ),
+        (
             "SCHEDULER__RELAY_AFTER_SECONDS",
             s.scheduler.relay_after_seconds.to_string(),
         ),

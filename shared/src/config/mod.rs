@@ -86,7 +86,8 @@ pub struct RabbitSettings {
     pub queue_expires_ms: Option<u32>,
 }
 
-/// `[http]`: `host`, `port`, `public_base_url`, `workers`, `max_body_bytes`.
+/// `[http]`: `host`, `port`, `public_base_url`, `workers`, `max_body_bytes`,
+/// `shutdown_grace_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct HttpSettings {
     pub host: String,
@@ -94,6 +95,8 @@ pub struct HttpSettings {
     pub public_base_url: String,
     pub workers: usize,
     pub max_body_bytes: usize,
+    /// On SIGTERM, in-flight requests get this long to finish.
+    pub shutdown_grace_seconds: u64,
 }
 
 /// `[storage]`: `backend` (`local`), `dir`, `url_secret`, `url_ttl_seconds`.
@@ -170,13 +173,17 @@ fn default_worker_metrics_addr() -> String {
     "127.0.0.1:9101".into()
 }
 
-/// `[scheduler]`: `tick_ms`, `relay_after_seconds`, `relay_batch`,
+/// `[scheduler]`: `tick_ms`, `relay_after_seconds`, `relay_batch`, `grace_seconds`,
 /// `metrics_addr`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SchedulerSettings {
     pub tick_ms: u64,
     pub relay_after_seconds: u64,
     pub relay_batch: i64,
+    /// On SIGTERM, the current rounds and webhook attempts get this long to
+    /// finish; attempts still running then are retried by another
+    /// scheduler once their lease expires.
+    pub grace_seconds: u64,
     /// Where the scheduler serves `GET /metrics` (including the queue
     /// depths) and `GET /healthz`; empty: no endpoint. A port in use is
     /// logged and the scheduler runs without it.

@@ -205,3 +205,90 @@ async fn the_api_answers_503_while_postgres_is_unreachable_and_recovers_by_itsel
         "the refused submission wrote nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_api_finishes_the_sync_request_in_flight_and_refuses_new_ones() {
+    let app = TestApp::spawn_with(TestOptions::default().configure(|s| {
+        s.local_provider.latency_ms = 1_000;
+    }))
+    .await;
+    let in_flight = {
+        let (client, url, key) = (
+            app.client.clone(),
+            app.url("/api/v1/images/generations"),
+            app.key.clone(),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({"prompt": "finish me", "size": "512x512"}))
+                .send()
+                .await
+        })
+    };
+    let started = Instant::now();
+    while app.count_jobs().await == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "no job");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    app.stop_api();
+    let (status, body) = json_of(in_flight.await.unwrap().expect("answered")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"][0]["width"], 512);
+    assert!(
+        app.client.get(app.url("/healthz")).send().await.is_err(),
+        "a stopped API accepts no new connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduler_stopped_with_sigterm_finishes_the_delivery_in_flight() {
+    let app =
+        TestApp::spawn_with(TestOptions::default().without_worker().without_scheduler()).await;
+    let receiver = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_delay(Duration::from_secs(1)))
+        .mount(&receiver)
+        .await;
+    let (status, webhook) = json_of(
+        app.post_json(
+            "/api/v1/webhooks",
+            &app.key,
+            &json!({"name": "graceful", "url": format!("{}/hook", receiver.uri()),
+                    "events": ["generation.completed"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{webhook}");
+    let mut scheduler = app.spawn_process(env!("CARGO_BIN_EXE_unigen-stack"), "scheduler", |_| {});
+    let id = webhook["id"].as_str().unwrap();
+    let (status, _) = json_of(
+        app.post_json(&format!("/api/v1/webhooks/{id}/test"), &app.key, &json!({}))
+            .await,
+    )
+    .await;
+    assert!(status < 300);
+    let started = Instant::now();
+    while receiver.received_requests().await.unwrap().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "no attempt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let exit = scheduler.terminate(Duration::from_secs(15)).await;
+    assert!(exit.success(), "{exit:?}");
+    let (status, body) = json_of(
+        app.get(&format!("/api/v1/webhooks/{id}/deliveries"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let deliveries = body["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 1, "{body}");
+    assert_eq!(
+        deliveries[0]["status"], "succeeded",
+        "the attempt in flight finished: {body}"
+    );
+    assert_eq!(deliveries[0]["attempt_count"], 1);
+    assert_eq!(receiver.received_requests().await.unwrap().len(), 1);
+}
