@@ -1,11 +1,10 @@
 //! The API's Prometheus metrics. HTTP request counts and latencies come from
 //! actix-web-prom's middleware, registered in the same registry.
 
-use prometheus::{
-    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use unigen_shared::db::queries;
 use unigen_shared::domain::Tool;
+use unigen_shared::metrics::ListenerMetrics;
 
 use crate::state::AppState;
 
@@ -13,8 +12,7 @@ pub struct Metrics {
     pub registry: Registry,
     jobs: IntGaugeVec,
     jobs_submitted: IntCounterVec,
-    listener_connected: IntGauge,
-    listener_reconnects: IntCounter,
+    listener: ListenerMetrics,
     waiters: IntGauge,
 }
 
@@ -35,29 +33,19 @@ impl Metrics {
             ),
             &["tool"],
         )?;
-        let listener_connected = IntGauge::new(
-            "unigen_listener_connected",
-            "1 while the LISTEN connection is up",
-        )?;
-        let listener_reconnects = IntCounter::new(
-            "unigen_listener_reconnects_total",
-            "LISTEN connection re-establishments",
-        )?;
         let waiters = IntGauge::new(
             "unigen_job_waiters",
             "Jobs with at least one waiting request",
         )?;
         registry.register(Box::new(jobs.clone()))?;
         registry.register(Box::new(jobs_submitted.clone()))?;
-        registry.register(Box::new(listener_connected.clone()))?;
-        registry.register(Box::new(listener_reconnects.clone()))?;
+        let listener = ListenerMetrics::register(&registry)?;
         registry.register(Box::new(waiters.clone()))?;
         Ok(Self {
             registry,
             jobs,
             jobs_submitted,
-            listener_connected,
-            listener_reconnects,
+            listener,
             waiters,
         })
     }
@@ -70,13 +58,7 @@ impl Metrics {
 
     /// Updates the gauges that are read rather than counted.
     pub async fn refresh(&self, state: &AppState) {
-        self.listener_connected
-            .set(i64::from(state.hub.is_connected()));
-        let reconnects = state.hub.reconnects();
-        let seen = self.listener_reconnects.get();
-        if reconnects > seen {
-            self.listener_reconnects.inc_by(reconnects - seen);
-        }
+        self.listener.refresh(&state.hub);
         self.waiters.set(state.hub.watch_count() as i64);
         let counts = async {
             let mut conn = state.pool.get().await.ok()?;
@@ -96,11 +78,6 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
-        let mut buffer = Vec::new();
-        let encoder = TextEncoder::new();
-        if let Err(err) = encoder.encode(&self.registry.gather(), &mut buffer) {
-            tracing::warn!(error = %err, "encoding metrics failed");
-        }
-        String::from_utf8(buffer).unwrap_or_default()
+        unigen_shared::metrics::render(&self.registry)
     }
 }

@@ -88,12 +88,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     );
     // Bound to a name: the endpoint stops when `run` ends or is dropped.
-    let _metrics_endpoint = metrics::serve(
+    let _metrics_endpoint = unigen_shared::metrics::serve(
         &settings.scheduler.metrics_addr,
-        metrics.clone(),
-        hub.clone(),
-        &settings.rabbitmq.url,
-        Topology::new(&settings.rabbitmq),
+        Arc::new(metrics::SchedulerScrape::new(
+            metrics.clone(),
+            hub.clone(),
+            &settings.rabbitmq.url,
+            Topology::new(&settings.rabbitmq),
+        )),
     );
     let delivery =
         tasks::webhooks::WebhookDelivery::new(pool.clone(), settings.webhooks, hub, metrics);

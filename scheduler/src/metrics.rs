@@ -10,17 +10,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::{App, HttpResponse, HttpServer, web};
+use futures_util::future::BoxFuture;
 use lapin::Channel;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
-};
-use serde_json::json;
-use tokio_util::sync::{CancellationToken, DropGuard};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use unigen_shared::domain::Tool;
+use unigen_shared::metrics::{ListenerMetrics, Scrape, render};
 use unigen_shared::notify::ListenerHub;
 use unigen_shared::queue::{SharedConnection, Topology};
 
@@ -40,8 +36,7 @@ pub struct SchedulerMetrics {
     queue_depth: IntGaugeVec,
     dead_letter_depth: IntGaugeVec,
     queue_consumers: IntGaugeVec,
-    listener_connected: IntGauge,
-    listener_reconnects: IntCounter,
+    listener: ListenerMetrics,
 }
 
 impl SchedulerMetrics {
@@ -89,22 +84,13 @@ impl SchedulerMetrics {
             ),
             &["tool"],
         )?;
-        let listener_connected = IntGauge::new(
-            "unigen_listener_connected",
-            "1 while the LISTEN connection is up",
-        )?;
-        let listener_reconnects = IntCounter::new(
-            "unigen_listener_reconnects_total",
-            "LISTEN connection re-establishments",
-        )?;
         registry.register(Box::new(job_failures.clone()))?;
         registry.register(Box::new(webhook_attempts.clone()))?;
         registry.register(Box::new(webhook_duration.clone()))?;
         registry.register(Box::new(queue_depth.clone()))?;
         registry.register(Box::new(dead_letter_depth.clone()))?;
         registry.register(Box::new(queue_consumers.clone()))?;
-        registry.register(Box::new(listener_connected.clone()))?;
-        registry.register(Box::new(listener_reconnects.clone()))?;
+        let listener = ListenerMetrics::register(&registry)?;
         Ok(Self {
             registry,
             job_failures,
@@ -113,8 +99,7 @@ impl SchedulerMetrics {
             queue_depth,
             dead_letter_depth,
             queue_consumers,
-            listener_connected,
-            listener_reconnects,
+            listener,
         })
     }
 
@@ -138,11 +123,7 @@ impl SchedulerMetrics {
 
     /// Brings the read-at-scrape-time gauges up to date.
     async fn refresh(&self, hub: &ListenerHub, broker: &Broker) {
-        self.listener_connected.set(i64::from(hub.is_connected()));
-        let (reconnects, seen) = (hub.reconnects(), self.listener_reconnects.get());
-        if reconnects > seen {
-            self.listener_reconnects.inc_by(reconnects - seen);
-        }
+        self.listener.refresh(hub);
         // Gauges the broker did not answer for are left out, not left stale.
         self.queue_depth.reset();
         self.dead_letter_depth.reset();
@@ -182,14 +163,6 @@ impl SchedulerMetrics {
         if let Some(channel) = channel {
             let _ = channel.close(200, "metrics read".into()).await;
         }
-    }
-
-    fn render(&self) -> String {
-        let mut buffer = Vec::new();
-        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
-            tracing::warn!(error = %err, "encoding metrics failed");
-        }
-        String::from_utf8(buffer).unwrap_or_default()
     }
 }
 
@@ -239,91 +212,41 @@ impl Broker {
     }
 }
 
-/// Serves `GET /metrics` and `GET /healthz` on `addr` until the returned
-/// guard is dropped (the end of `run`). `None` when `addr` is empty, or when
-/// it cannot be bound: that is logged as an error and the scheduler runs on,
-/// since metrics are not worth stopping relay, rescue and deliveries for.
-pub(crate) fn serve(
-    addr: &str,
-    metrics: Arc<SchedulerMetrics>,
-    hub: ListenerHub,
-    rabbitmq_url: &str,
-    topology: Topology,
-) -> Option<DropGuard> {
-    if addr.is_empty() {
-        return None;
-    }
-    let scrape = Arc::new(Scrape {
-        metrics,
-        hub,
-        broker: Broker {
-            connection: SharedConnection::new(rabbitmq_url, "unigen-scheduler-metrics"),
-            topology,
-        },
-        // The broker and its connection belong to this (the main) runtime,
-        // not to the endpoint's own worker thread.
-        runtime: tokio::runtime::Handle::current(),
-    });
-    let state = web::Data::from(scrape.clone());
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(state.clone())
-            .route("/metrics", web::get().to(render_metrics))
-            .route("/healthz", web::get().to(healthz))
-    })
-    // Scrapes are rare: one thread, no signal handling of its own.
-    .workers(1)
-    .disable_signals()
-    .shutdown_timeout(1)
-    .bind(addr);
-    let server = match server {
-        Ok(server) => server,
-        Err(err) => {
-            tracing::error!(addr, error = %err, "binding the metrics endpoint failed; running without it");
-            return None;
-        }
-    };
-    tracing::info!(addrs = ?server.addrs(), "metrics endpoint listening");
-    let server = server.run();
-    let handle = server.handle();
-    let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    tokio::spawn(async move {
-        stopped.cancelled().await;
-        handle.stop(false).await;
-        scrape.broker.connection.close().await;
-    });
-    tokio::spawn(async move {
-        if let Err(err) = server.await {
-            tracing::error!(error = %err, "the metrics endpoint failed");
-        }
-    });
-    Some(stop.drop_guard())
-}
-
-struct Scrape {
+/// What the scheduler's endpoint serves (`scheduler.metrics_addr`): its
+/// counters, the listener's state and the queue depths read from RabbitMQ.
+pub(crate) struct SchedulerScrape {
     metrics: Arc<SchedulerMetrics>,
     hub: ListenerHub,
     broker: Broker,
-    runtime: tokio::runtime::Handle,
 }
 
-async fn render_metrics(scrape: web::Data<Scrape>) -> HttpResponse {
-    let scrape = scrape.into_inner();
-    let body = scrape
-        .runtime
-        .clone()
-        .spawn(async move {
-            scrape.metrics.refresh(&scrape.hub, &scrape.broker).await;
-            scrape.metrics.render()
+impl SchedulerScrape {
+    pub fn new(
+        metrics: Arc<SchedulerMetrics>,
+        hub: ListenerHub,
+        rabbitmq_url: &str,
+        topology: Topology,
+    ) -> Self {
+        Self {
+            metrics,
+            hub,
+            broker: Broker {
+                connection: SharedConnection::new(rabbitmq_url, "unigen-scheduler-metrics"),
+                topology,
+            },
+        }
+    }
+}
+
+impl Scrape for SchedulerScrape {
+    fn scrape(&self) -> BoxFuture<'_, String> {
+        Box::pin(async {
+            self.metrics.refresh(&self.hub, &self.broker).await;
+            render(&self.metrics.registry)
         })
-        .await
-        .unwrap_or_default();
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(body)
-}
+    }
 
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok" }))
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.broker.connection.close())
+    }
 }

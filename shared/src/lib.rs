@@ -10,6 +10,7 @@ pub mod domain;
 pub mod events;
 pub mod fetch;
 pub mod jobs;
+pub mod metrics;
 pub mod notify;
 pub mod providers;
 pub mod queue;

@@ -107,10 +107,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, concurrency = context.concurrency, "worker started");
     // Bound to a name: the endpoint stops when `run` ends or is dropped.
-    let _metrics_endpoint = metrics::serve(
+    let _metrics_endpoint = unigen_shared::metrics::serve(
         &settings.worker.metrics_addr,
-        context.metrics.clone(),
-        context.hub.clone(),
+        Arc::new(metrics::WorkerScrape {
+            metrics: context.metrics.clone(),
+            hub: context.hub.clone(),
+        }),
     );
 
     let jobs = TaskTracker::new();
