@@ -82,6 +82,58 @@ impl TestOptions {
     }
 }
 
+pub struct RawPublisher {
+    _connection: lapin::Connection,
+    channel: lapin::Channel,
+    exchange: String,
+    topology: unigen_shared::queue::Topology,
+}
+
+impl RawPublisher {
+    /// Publishes `payload` to `tool`'s queue and waits for the broker.
+    pub async fn publish(&self, tool: &str, payload: &[u8]) {
+        self.channel
+            .basic_publish(
+                self.exchange.as_str().into(),
+                tool.into(),
+                lapin::options::BasicPublishOptions::default(),
+                payload,
+                Default::default(),
+            )
+            .await
+            .expect("publishing")
+            .await
+            .expect("the broker's answer");
+    }
+
+    /// Messages waiting in `tool`'s dead-letter queue.
+    pub async fn dead_letters(&self, tool: &str) -> u32 {
+        self.channel
+            .queue_declare(
+                self.topology.dead_letter_queue(tool).into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .expect("the dead-letter queue exists")
+            .message_count()
+    }
+
+    /// A job message for `job_id`, as the API would publish it.
+    pub async fn publish_job(&self, tool: &str, job_id: &str) {
+        let message = unigen_shared::queue::JobMessage {
+            job_id: job_id.parse().expect("a job id"),
+            tool: tool.into(),
+            attempt: 0,
+        };
+        self.publish(tool, &serde_json::to_vec(&message).expect("JSON"))
+            .await;
+    }
+}
+
 /// A running stack plus an organization and an all-scopes key.
 pub struct TestApp {
     pub base_url: String,
@@ -430,6 +482,21 @@ impl TestApp {
         let mut settings = self.settings.clone();
         configure(&mut settings);
         StackProcess::start(binary, component, &settings)
+    }
+
+    /// A channel to the test's job exchange, to publish what the API never
+    /// would (duplicates, poison messages).
+    pub async fn raw_publisher(&self) -> RawPublisher {
+        let connection = unigen_shared::queue::connect(&self.settings.rabbitmq.url, "test")
+            .await
+            .expect("connecting to RabbitMQ");
+        let channel = connection.create_channel().await.expect("a channel");
+        RawPublisher {
+            _connection: connection,
+            channel,
+            exchange: unigen_shared::queue::Topology::new(&self.settings.rabbitmq).exchange(),
+            topology: unigen_shared::queue::Topology::new(&self.settings.rabbitmq),
+        }
     }
 
     /// How many times the job was claimed.

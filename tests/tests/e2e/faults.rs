@@ -10,10 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lapin::options::BasicPublishOptions;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
-use unigen_shared::queue::{JobMessage, Topology};
 use unigen_tests::{FaultProxy, TestApp, TestOptions, json_of};
 use uuid::Uuid;
 use wiremock::matchers::method;
@@ -592,47 +590,20 @@ async fn duplicate_deliveries_of_the_same_message_run_each_job_once() {
     .await;
     lift_plan_limits(&app).await;
     let receiver = completion_receiver(&app, Duration::ZERO).await;
-    let topology = Topology::new(&app.settings.rabbitmq);
-    let connection = unigen_shared::queue::connect(&app.settings.rabbitmq.url, "duplicates")
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let duplicate = |id: &str| {
-        let payload = serde_json::to_vec(&JobMessage {
-            job_id: id.parse().unwrap(),
-            tool: "image".into(),
-            attempt: 0,
-        })
-        .unwrap();
-        let (channel, exchange) = (channel.clone(), topology.exchange());
-        async move {
-            channel
-                .basic_publish(
-                    exchange.into(),
-                    "image".into(),
-                    BasicPublishOptions::default(),
-                    &payload,
-                    Default::default(),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
-    };
+    let broker = app.raw_publisher().await;
     let mut ids = Vec::new();
     for i in 0..30 {
         let id = submit(&app, &format!("twice {i}")).await;
-        duplicate(&id).await;
+        broker.publish_job("image", &id).await;
         ids.push(id);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     for id in &ids {
-        duplicate(id).await;
+        broker.publish_job("image", id).await;
     }
     let outcome = assert_each_job_ended_once(&app, &ids, &receiver).await;
     for id in &ids {
-        duplicate(id).await;
+        broker.publish_job("image", id).await;
     }
     // The late duplicates find finished jobs and are dropped.
     tokio::time::sleep(Duration::from_secs(1)).await;

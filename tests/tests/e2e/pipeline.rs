@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
+use lapin::options::QueueDeclareOptions;
 use serde_json::json;
-use unigen_shared::queue::{JobMessage, Topology};
+use unigen_shared::queue::Topology;
 use unigen_tests::{TestApp, TestOptions, json_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,42 +164,13 @@ async fn duplicate_and_unreadable_messages_do_not_run_jobs_twice_or_block_the_qu
     let id = app.submit_image_async(&json!({"prompt": "once"})).await;
     app.wait_for_job(&id, Duration::from_secs(30)).await;
 
-    let topology = Topology::new(&app.settings.rabbitmq);
-    let connection = unigen_shared::queue::connect(&app.settings.rabbitmq.url, "test")
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let publish = |payload: Vec<u8>| {
-        let (channel, exchange) = (channel.clone(), topology.exchange());
-        async move {
-            channel
-                .basic_publish(
-                    exchange.into(),
-                    "image".into(),
-                    BasicPublishOptions::default(),
-                    &payload,
-                    Default::default(),
-                )
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
-    };
     // A duplicate of a finished job, a message for no job, and garbage.
-    let duplicate = JobMessage {
-        job_id: id.parse().unwrap(),
-        tool: "image".into(),
-        attempt: 0,
-    };
-    let ghost = JobMessage {
-        job_id: uuid::Uuid::now_v7(),
-        tool: "image".into(),
-        attempt: 0,
-    };
-    publish(serde_json::to_vec(&duplicate).unwrap()).await;
-    publish(serde_json::to_vec(&ghost).unwrap()).await;
-    publish(b"{not json".to_vec()).await;
+    let broker = app.raw_publisher().await;
+    broker.publish_job("image", &id).await;
+    broker
+        .publish_job("image", &uuid::Uuid::now_v7().to_string())
+        .await;
+    broker.publish("image", b"{not json").await;
 
     // The queue keeps flowing: a new job still completes.
     let next = app
@@ -211,36 +181,11 @@ async fn duplicate_and_unreadable_messages_do_not_run_jobs_twice_or_block_the_qu
         "completed"
     );
 
-    let dead_letters = async {
-        let queue = channel
-            .queue_declare(
-                topology.dead_letter_queue("image").into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        queue.message_count()
-    };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut count = dead_letters.await;
+    let mut count = broker.dead_letters("image").await;
     while count < 2 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        count = channel
-            .queue_declare(
-                topology.dead_letter_queue("image").into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap()
-            .message_count();
+        count = broker.dead_letters("image").await;
     }
     assert_eq!(
         count, 2,
