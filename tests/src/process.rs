@@ -42,12 +42,8 @@ impl StackProcess {
 
     /// SIGTERM, then waits for the process to exit by itself.
     pub async fn terminate(&mut self, within: Duration) -> ExitStatus {
-        let pid = self.id().to_string();
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("running kill");
-        assert!(sent.success(), "kill -TERM {pid}");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.id()).expect("a pid"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
         tokio::time::timeout(within, self.child.wait())
             .await
             .unwrap_or_else(|_| panic!("the process did not stop within {within:?} of SIGTERM"))
