@@ -1,6 +1,6 @@
-//! unigen's scheduler: the outbox relay, lease rescue, webhook delivery and
-//! billing periods (later: deadlines, retention). Every task is safe to run
-//! in several scheduler processes at once.
+//! unigen's scheduler: the outbox relay, lease rescue, job deadlines,
+//! retention of finished jobs, webhook delivery and billing periods. Every
+//! task is safe to run in several scheduler processes at once.
 
 mod metrics;
 mod runner;
