@@ -24,7 +24,8 @@ pub async fn run_task(mut task: Box<dyn Task>, tick: Duration, shutdown: Cancell
     let new_backoff = || {
         ExponentialBuilder::default()
             .with_min_delay(tick)
-            .with_max_delay(Duration::from_secs(10))
+            // At most 10 s with jitter: a task resumes soon after an outage.
+            .with_max_delay(Duration::from_secs(5))
             .with_jitter()
             .without_max_times()
             .build()
@@ -42,7 +43,7 @@ pub async fn run_task(mut task: Box<dyn Task>, tick: Duration, shutdown: Cancell
                 tick
             }
             Err(err) => {
-                let delay = backoff.next().unwrap_or(Duration::from_secs(10));
+                let delay = backoff.next().unwrap_or(Duration::from_secs(5));
                 tracing::warn!(
                     task = task.name(),
                     error = format!("{err:#}"),

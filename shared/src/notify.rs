@@ -255,10 +255,11 @@ impl ListenerHub {
     }
 }
 
+/// At most 5 s apart: jitter adds up to the delay again.
 fn reconnect_backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(5))
+        .with_max_delay(Duration::from_millis(2_500))
         .with_jitter()
         .without_max_times()
         .build()

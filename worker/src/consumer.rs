@@ -45,12 +45,13 @@ pub async fn consume(
     }
 }
 
-/// Capped at 5 s like the publisher's and the listener's: after an outage
-/// the queue is consumed again within seconds of the broker's return.
+/// At most 5 s apart (jitter adds up to the delay again), like the
+/// publisher's and the listener's: after an outage the queue is consumed
+/// again within seconds of the broker's return.
 fn reconnect_backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(5))
+        .with_max_delay(Duration::from_millis(2_500))
         .with_jitter()
         .without_max_times()
         .build()
