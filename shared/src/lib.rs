@@ -1,6 +1,7 @@
 //! Code shared by the unigen binaries (api, worker, scheduler): domain types,
 //! database access, queue topology, notifications, storage, providers, config.
 
+pub mod agents;
 pub mod batch;
 pub mod billing;
 pub mod chat;

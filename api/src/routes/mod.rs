@@ -1,5 +1,6 @@
 //! Route table: `/api/v1/...` (documented in OpenAPI), files, health, docs.
 
+mod agents;
 mod billing;
 mod chat;
 mod edits;
@@ -50,7 +51,13 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(webhooks::delete_webhook)
         .service(webhooks::rotate_webhook_secret)
         .service(webhooks::test_webhook)
-        .service(webhooks::list_webhook_deliveries);
+        .service(webhooks::list_webhook_deliveries)
+        .service(agents::create_agent)
+        .service(agents::list_agents)
+        .service(agents::get_agent)
+        .service(agents::update_agent)
+        .service(agents::delete_agent)
+        .service(agents::duplicate_agent);
 }
 
 /// Routes outside the versioned API.

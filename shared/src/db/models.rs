@@ -5,7 +5,7 @@ use diesel::prelude::*;
 use uuid::Uuid;
 
 use super::schema::{
-    api_keys, billing_accounts, credit_transactions, events, jobs, organizations, plans,
+    agents, api_keys, billing_accounts, credit_transactions, events, jobs, organizations, plans,
     quota_usage, usage_records, webhook_attempts, webhook_deliveries, webhooks,
 };
 
@@ -220,6 +220,67 @@ pub struct UsageRecord {
     pub completion_tokens: i64,
     pub total_tokens: i64,
     pub created_at: DateTime<Utc>,
+}
+
+/// An agent: an organization's, or a built-in template (`org_id` None).
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = agents)]
+pub struct Agent {
+    pub id: Uuid,
+    pub org_id: Option<Uuid>,
+    pub name: String,
+    pub description: String,
+    pub icon: String,
+    pub system_prompt: String,
+    pub model: String,
+    pub tools: Vec<String>,
+    pub temperature: f64,
+    pub max_tokens: i32,
+    pub max_iterations: i32,
+    pub memory_enabled: bool,
+    pub is_template: bool,
+    pub is_public: bool,
+    pub template_category: Option<String>,
+    pub run_count: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// An organization's new agent (templates are only seeded by migrations).
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = agents)]
+pub struct NewAgent {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub name: String,
+    pub description: String,
+    pub icon: String,
+    pub system_prompt: String,
+    pub model: String,
+    pub tools: Vec<String>,
+    pub temperature: f64,
+    pub max_tokens: i32,
+    pub max_iterations: i32,
+    pub memory_enabled: bool,
+    pub is_public: bool,
+    pub template_category: Option<String>,
+}
+
+/// Changes to an agent; `None` leaves a field as it is.
+#[derive(Debug, Default, Clone, AsChangeset)]
+#[diesel(table_name = agents)]
+pub struct AgentUpdate {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub icon: Option<String>,
+    pub system_prompt: Option<String>,
+    pub model: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<i32>,
+    pub max_iterations: Option<i32>,
+    pub memory_enabled: Option<bool>,
+    pub is_public: Option<bool>,
 }
 
 /// A webhook row. `secret` is the HMAC key; views show it only when issued.

@@ -232,6 +232,29 @@ diesel::joinable!(organizations -> plans (plan_code));
 diesel::joinable!(events -> organizations (org_id));
 diesel::joinable!(api_keys -> organizations (org_id));
 diesel::joinable!(jobs -> organizations (org_id));
+diesel::table! {
+    agents (id) {
+        id -> Uuid,
+        org_id -> Nullable<Uuid>,
+        name -> Text,
+        description -> Text,
+        icon -> Text,
+        system_prompt -> Text,
+        model -> Text,
+        tools -> Array<Text>,
+        temperature -> Float8,
+        max_tokens -> Int4,
+        max_iterations -> Int4,
+        memory_enabled -> Bool,
+        is_template -> Bool,
+        is_public -> Bool,
+        template_category -> Nullable<Text>,
+        run_count -> Int8,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(jobs -> api_keys (api_key_id));
 diesel::joinable!(billing_accounts -> organizations (org_id));
 diesel::joinable!(usage_records -> organizations (org_id));
@@ -239,7 +262,9 @@ diesel::joinable!(webhooks -> organizations (org_id));
 diesel::joinable!(webhook_deliveries -> webhooks (webhook_id));
 diesel::joinable!(webhook_deliveries -> events (event_id));
 diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));
+diesel::joinable!(agents -> organizations (org_id));
 diesel::allow_tables_to_appear_in_same_query!(
+    agents,
     plans,
     organizations,
     api_keys,

@@ -1,6 +1,7 @@
 //! End-to-end tests: api + worker + scheduler against real PostgreSQL and
 //! RabbitMQ. Each test gets its own database and queue prefix.
 
+mod agents;
 mod auth;
 mod chat;
 mod events;

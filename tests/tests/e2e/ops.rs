@@ -82,6 +82,10 @@ async fn the_openapi_document_describes_every_route_and_swagger_ui_works_offline
         ("/api/v1/jobs", "get"),
         ("/api/v1/jobs/{id}", "get"),
         ("/api/v1/jobs/{id}", "delete"),
+        ("/api/v1/agents", "post"),
+        ("/api/v1/agents", "get"),
+        ("/api/v1/agents/{id}", "patch"),
+        ("/api/v1/agents/{id}/duplicate", "post"),
     ] {
         let operation = &paths[path][method];
         assert!(operation.is_object(), "{method} {path} missing");

@@ -1,5 +1,6 @@
 //! All SQL, one module per aggregate.
 
+pub mod agents;
 pub mod billing;
 pub mod events;
 pub mod jobs;
