@@ -11,6 +11,7 @@ pub mod domain;
 pub mod events;
 pub mod fetch;
 pub mod jobs;
+pub mod knowledge;
 pub mod llm;
 pub mod metrics;
 pub mod notify;
