@@ -2,6 +2,7 @@
 //! database access, queue topology, notifications, storage, providers, config.
 
 pub mod agents;
+pub mod artifacts;
 pub mod batch;
 pub mod billing;
 pub mod chat;
@@ -10,6 +11,7 @@ pub mod db;
 pub mod domain;
 pub mod events;
 pub mod fetch;
+mod fonts;
 pub mod jobs;
 pub mod knowledge;
 pub mod llm;

@@ -19,10 +19,7 @@ use std::f32::consts::{FRAC_PI_2, PI, TAU};
 use ab_glyph::{Font, FontRef, GlyphId, OutlineCurve};
 use image::RgbImage;
 
-static SANS_BOLD: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans-Bold.ttf");
-static SERIF_BOLD: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSerif-Bold.ttf");
-static MONO_BOLD: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSansMono-Bold.ttf");
-static CONDENSED_BOLD: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSansCondensed-Bold.ttf");
+use crate::fonts::{CONDENSED_BOLD, MONO_BOLD, SANS_BOLD, SERIF_BOLD};
 
 /// What to draw. Free-text fields are matched loosely (case-insensitive
 /// keywords); unknown values fall back to sensible defaults.

@@ -1,0 +1,594 @@
+//! `create_document`: PDF, Markdown or CSV files.
+//!
+//! `content` is Markdown-ish text (paragraphs, `#` headings, `-` bullets,
+//! numbered items, code fences, `|` tables); `columns` + `rows` are a table,
+//! the whole document for CSV and appended after the content otherwise.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::args;
+use super::{ArtifactError, Rendered, guard, pdf, single_line};
+
+const MAX_TITLE_CHARS: usize = 200;
+const MAX_CONTENT_CHARS: usize = 100_000;
+const MAX_COLUMNS: usize = 50;
+const MAX_COLUMN_CHARS: usize = 200;
+const MAX_ROWS: usize = 10_000;
+const MAX_CELL_CHARS: usize = 5_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DocumentFormat {
+    Pdf,
+    #[serde(alias = "md")]
+    Markdown,
+    Csv,
+}
+
+impl DocumentFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Pdf => "pdf",
+            Self::Markdown => "md",
+            Self::Csv => "csv",
+        }
+    }
+
+    pub fn mime(self) -> &'static str {
+        match self {
+            Self::Pdf => "application/pdf",
+            Self::Markdown => "text/markdown; charset=utf-8",
+            Self::Csv => "text/csv; charset=utf-8",
+        }
+    }
+}
+
+/// A document to write. Build it with [`parse_document_spec`];
+/// [`render_document`] validates again.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct DocumentSpec {
+    pub format: DocumentFormat,
+    pub title: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+    /// Cells are JSON scalars: strings, numbers, booleans or null (empty).
+    #[serde(default)]
+    pub rows: Option<Vec<Vec<Value>>>,
+}
+
+/// Reads and validates `create_document` arguments.
+pub fn parse_document_spec(args: &Value) -> Result<DocumentSpec, ArtifactError> {
+    let obj = args::object(args, "document arguments")?;
+    let columns = match obj.get("columns") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(
+            args::array(obj, "columns", "columns")?
+                .iter()
+                .enumerate()
+                .map(|(i, c)| match c {
+                    Value::String(s) => Ok(s.clone()),
+                    Value::Number(n) => Ok(n.to_string()),
+                    other => Err(ArtifactError::invalid(format!(
+                        "columns[{i}] must be a string, got {}",
+                        args::kind(other)
+                    ))),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let rows = match obj.get("rows") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(
+            args::array(obj, "rows", "rows")?
+                .iter()
+                .enumerate()
+                .map(|(i, row)| parse_row(i, row, columns.as_deref()))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
+    let spec = DocumentSpec {
+        format: args::required(obj, "format", "format")?,
+        title: args::required(obj, "title", "title")?,
+        content: args::optional(obj, "content", "content")?,
+        columns,
+        rows,
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+/// A row is an array of cells, or (a common model habit) an object keyed by
+/// column name, which is put in column order.
+fn parse_row(
+    i: usize,
+    row: &Value,
+    columns: Option<&[String]>,
+) -> Result<Vec<Value>, ArtifactError> {
+    match (row, columns) {
+        (Value::Array(cells), _) => Ok(cells.clone()),
+        (Value::Object(map), Some(columns)) => {
+            if let Some(key) = map.keys().find(|k| !columns.contains(k)) {
+                return Err(ArtifactError::invalid(format!(
+                    "rows[{i}] has the key {key:?}, which is not one of columns"
+                )));
+            }
+            Ok(columns
+                .iter()
+                .map(|c| map.get(c).cloned().unwrap_or(Value::Null))
+                .collect())
+        }
+        (other, _) => Err(ArtifactError::invalid(format!(
+            "rows[{i}] must be an array of cells, got {}",
+            args::kind(other)
+        ))),
+    }
+}
+
+impl DocumentSpec {
+    /// Checks every limit; messages name the field.
+    pub fn validate(&self) -> Result<(), ArtifactError> {
+        if single_line(&self.title).is_empty() {
+            return Err(ArtifactError::invalid("title must not be empty"));
+        }
+        args::check_length(&self.title, MAX_TITLE_CHARS, "title")?;
+        let content = self.content.as_deref().unwrap_or_default();
+        args::check_length(content, MAX_CONTENT_CHARS, "content")?;
+        if let Some(columns) = &self.columns {
+            if columns.is_empty() {
+                return Err(ArtifactError::invalid(
+                    "columns must name at least one column",
+                ));
+            }
+            if columns.len() > MAX_COLUMNS {
+                return Err(ArtifactError::invalid(format!(
+                    "columns has {} entries; at most {MAX_COLUMNS} are allowed",
+                    columns.len()
+                )));
+            }
+            for (i, column) in columns.iter().enumerate() {
+                args::check_length(column, MAX_COLUMN_CHARS, &format!("columns[{i}]"))?;
+            }
+        }
+        if let Some(rows) = &self.rows {
+            let Some(columns) = &self.columns else {
+                return Err(ArtifactError::invalid(
+                    "rows needs columns: the header names, one per cell",
+                ));
+            };
+            if rows.len() > MAX_ROWS {
+                return Err(ArtifactError::invalid(format!(
+                    "rows has {} entries; at most {MAX_ROWS} are allowed",
+                    rows.len()
+                )));
+            }
+            for (i, row) in rows.iter().enumerate() {
+                if row.len() != columns.len() {
+                    return Err(ArtifactError::invalid(format!(
+                        "rows[{i}] has {} cells for {} columns",
+                        row.len(),
+                        columns.len()
+                    )));
+                }
+                for (j, cell) in row.iter().enumerate() {
+                    let path = format!("rows[{i}][{j}]");
+                    match cell {
+                        Value::Array(_) | Value::Object(_) => {
+                            return Err(ArtifactError::invalid(format!(
+                                "{path} must be a string, number, boolean or null, got {}",
+                                args::kind(cell)
+                            )));
+                        }
+                        Value::String(s) => args::check_length(s, MAX_CELL_CHARS, &path)?,
+                        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+                    }
+                }
+            }
+        }
+        match self.format {
+            DocumentFormat::Csv => {
+                if self.columns.is_none() {
+                    return Err(ArtifactError::invalid(
+                        "columns is required for a csv document (the header row)",
+                    ));
+                }
+                if !content.trim().is_empty() {
+                    return Err(ArtifactError::invalid(
+                        "content: a csv document holds only columns and rows; \
+                         use markdown or pdf for prose",
+                    ));
+                }
+            }
+            DocumentFormat::Pdf | DocumentFormat::Markdown => {
+                if content.trim().is_empty() && self.columns.is_none() {
+                    return Err(ArtifactError::invalid(
+                        "content is required (or columns and rows for a table)",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The table, if any: header and rows as display text.
+    pub(super) fn table(&self) -> Option<(Vec<String>, Vec<Vec<Cell>>)> {
+        let columns = self.columns.as_ref()?;
+        let rows = self
+            .rows
+            .iter()
+            .flatten()
+            .map(|row| row.iter().map(Cell::from_json).collect())
+            .collect();
+        Some((columns.clone(), rows))
+    }
+}
+
+/// A table cell as text, remembering whether it was a number (numbers are
+/// right-aligned in the PDF).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Cell {
+    pub text: String,
+    pub numeric: bool,
+}
+
+impl Cell {
+    fn from_json(value: &Value) -> Self {
+        let (text, numeric) = match value {
+            Value::Null => (String::new(), false),
+            Value::Bool(b) => (b.to_string(), false),
+            Value::Number(n) => (n.to_string(), true),
+            Value::String(s) => (s.clone(), false),
+            // Refused by validation; kept readable should a caller skip it.
+            Value::Array(_) | Value::Object(_) => (value.to_string(), false),
+        };
+        Self { text, numeric }
+    }
+}
+
+/// Writes the document. Blocking CPU work: call it from `spawn_blocking`.
+pub fn render_document(spec: &DocumentSpec) -> Result<Rendered, ArtifactError> {
+    spec.validate()?;
+    let bytes = match spec.format {
+        DocumentFormat::Pdf => guard("pdf", || pdf::render(spec))?,
+        DocumentFormat::Markdown => render_markdown(spec).into_bytes(),
+        DocumentFormat::Csv => render_csv(spec)?,
+    };
+    Ok(Rendered {
+        bytes,
+        extension: spec.format.extension(),
+        mime: spec.format.mime(),
+        width: 0,
+        height: 0,
+    })
+}
+
+fn render_markdown(spec: &DocumentSpec) -> String {
+    let mut out = format!("# {}\n", single_line(&spec.title));
+    let content = spec
+        .content
+        .as_deref()
+        .unwrap_or_default()
+        .replace("\r\n", "\n");
+    let content = content.trim();
+    if !content.is_empty() {
+        out.push('\n');
+        out.push_str(content);
+        out.push('\n');
+    }
+    if let Some((columns, rows)) = spec.table() {
+        let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
+        out.push('\n');
+        out.push_str(&line(columns.iter().map(|c| markdown_cell(c)).collect()));
+        out.push_str(&line(vec!["---".to_string(); columns.len()]));
+        for row in rows {
+            out.push_str(&line(row.iter().map(|c| markdown_cell(&c.text)).collect()));
+        }
+    }
+    out
+}
+
+/// A table cell that cannot break the table: pipes and backslashes escaped,
+/// line breaks as `<br>` (GitHub-flavoured tables are single-line).
+fn markdown_cell(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.trim().chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '|' => out.push_str("\\|"),
+            '\n' => out.push_str("<br>"),
+            '\r' => {}
+            c if c.is_control() => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// RFC 4180: CRLF line ends, fields quoted only when needed.
+fn render_csv(spec: &DocumentSpec) -> Result<Vec<u8>, ArtifactError> {
+    let csv_error = |e: csv::Error| ArtifactError::Render(format!("csv: {e}"));
+    let mut writer = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::CRLF)
+        .from_writer(Vec::new());
+    if let Some((columns, rows)) = spec.table() {
+        writer.write_record(&columns).map_err(csv_error)?;
+        for row in rows {
+            writer
+                .write_record(row.iter().map(|c| c.text.as_str()))
+                .map_err(csv_error)?;
+        }
+    }
+    writer
+        .into_inner()
+        .map_err(|e| ArtifactError::Render(format!("csv: {}", e.error())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn invalid(args: Value) -> String {
+        match parse_document_spec(&args) {
+            Err(ArtifactError::Invalid(message)) => message,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    fn render(args: Value) -> Rendered {
+        render_document(&parse_document_spec(&args).unwrap()).unwrap()
+    }
+
+    const INTRO: &str = "The quarterly review covers revenue, costs and hiring.";
+
+    fn report(format: &str, paragraphs: usize) -> Value {
+        let mut content =
+            format!("{INTRO}\n\n## Highlights\n\n- Revenue grew by 12%\n- Two new offices\n\n");
+        for i in 0..paragraphs {
+            content.push_str(&format!(
+                "Paragraph {i} explains the numbers in more detail, with enough words to wrap \
+                 across several lines of an A4 page so that page breaks are exercised.\n\n"
+            ));
+        }
+        json!({
+            "format": format,
+            "title": "Quarterly Review 2025",
+            "content": content,
+            "columns": ["Region", "Revenue", "Note"],
+            "rows": [["North", 120.5, "best | ever"], ["South", 80, null]]
+        })
+    }
+
+    /// krilla compresses its object streams, so pages are counted by the
+    /// text extractor rather than by searching for `/Type /Page`.
+    fn page_count(pdf: &[u8]) -> usize {
+        pdf_extract::extract_text_from_mem_by_pages(pdf)
+            .unwrap()
+            .len()
+    }
+
+    #[test]
+    fn artifacts_pdf_is_a_real_pdf_with_extractable_text() {
+        let rendered = render(report("pdf", 1));
+        assert_eq!(
+            (rendered.extension, rendered.mime),
+            ("pdf", "application/pdf")
+        );
+        assert_eq!((rendered.width, rendered.height), (0, 0));
+        let pdf = &rendered.bytes;
+        assert!(pdf.starts_with(b"%PDF-"));
+        assert!(pdf.trim_ascii_end().ends_with(b"%%EOF"));
+        let text = pdf_extract::extract_text_from_mem(pdf).unwrap();
+        let words = single_line(&text);
+        assert!(words.contains("Quarterly Review 2025"), "{words}");
+        assert!(words.contains(INTRO), "{words}");
+        assert!(words.contains("Revenue grew by 12%"), "{words}");
+        assert!(words.contains("best | ever"), "{words}");
+        assert_eq!(page_count(pdf), 1);
+    }
+
+    #[test]
+    fn artifacts_long_pdf_content_breaks_onto_several_pages() {
+        let rendered = render(report("pdf", 60));
+        let pages = page_count(&rendered.bytes);
+        assert!(pages > 2, "{pages} pages");
+        let by_page = pdf_extract::extract_text_from_mem_by_pages(&rendered.bytes).unwrap();
+        assert_eq!(by_page.len(), pages);
+        let last = single_line(by_page.last().unwrap());
+        assert!(last.contains("best | ever"), "{last}");
+        assert!(last.contains(&format!("{pages} / {pages}")), "{last}");
+    }
+
+    #[test]
+    fn artifacts_pdf_handles_every_block_kind_and_a_large_table() {
+        let content = "# Heading one\n### Heading three\n1. first\n2) second\n  - nested\n\
+                       continued lazily\n> a quote\n---\n```\nfn main() {}\n```\n\
+                       | a | b |\n|---|---|\n| 1 | 2 |\n\
+                       **bold** and `code` and [a link](https://example.com) \u{7}\t end\n\n\
+                       averyveryverylongwordwithoutanyspaces"
+            .to_string()
+            + &"x".repeat(500);
+        let rows: Vec<Value> = (0..400)
+            .map(|i| {
+                json!([
+                    i,
+                    format!("row {i} {}", "long text ".repeat(i % 50)),
+                    i % 2 == 0,
+                    null
+                ])
+            })
+            .collect();
+        let rendered = render(json!({
+            "format": "pdf", "title": "Everything ✓ Ελληνικά Кириллица 日本",
+            "content": content, "columns": ["n", "text", "even", "empty"], "rows": rows
+        }));
+        let text = single_line(&pdf_extract::extract_text_from_mem(&rendered.bytes).unwrap());
+        assert!(text.contains("Heading one"), "{text}");
+        assert!(
+            text.contains("bold and code and a link (https://example.com)"),
+            "{text}"
+        );
+        assert!(text.contains("row 399"), "{text}");
+        assert!(page_count(&rendered.bytes) > 5);
+    }
+
+    #[test]
+    fn artifacts_markdown_has_title_content_and_an_escaped_table() {
+        let rendered = render(report("markdown", 0));
+        assert_eq!(
+            (rendered.extension, rendered.mime),
+            ("md", "text/markdown; charset=utf-8")
+        );
+        let md = String::from_utf8(rendered.bytes).unwrap();
+        assert!(
+            md.starts_with("# Quarterly Review 2025\n\nThe quarterly review"),
+            "{md}"
+        );
+        assert!(md.contains("- Revenue grew by 12%"), "{md}");
+        assert!(
+            md.ends_with(
+                "\n| Region | Revenue | Note |\n| --- | --- | --- |\n\
+             | North | 120.5 | best \\| ever |\n| South | 80 |  |\n"
+            ),
+            "{md}"
+        );
+        assert_eq!(markdown_cell("a\\|b\r\nc"), "a\\\\\\|b<br>c");
+    }
+
+    #[test]
+    fn artifacts_csv_round_trips_quotes_commas_and_newlines() {
+        let rendered = render(json!({
+            "format": "csv", "title": "People",
+            "columns": ["name", "quote, with comma", "n"],
+            "rows": [
+                ["Ann \"The Hammer\"", "hello, world", 1.5],
+                {"name": "Bob", "n": 2, "quote, with comma": "line one\nline two"},
+                [null, true, -3]
+            ]
+        }));
+        assert_eq!(
+            (rendered.extension, rendered.mime),
+            ("csv", "text/csv; charset=utf-8")
+        );
+        let text = String::from_utf8(rendered.bytes.clone()).unwrap();
+        assert!(
+            text.starts_with("name,\"quote, with comma\",n\r\n"),
+            "{text}"
+        );
+        let mut reader = csv::Reader::from_reader(rendered.bytes.as_slice());
+        assert_eq!(
+            reader.headers().unwrap(),
+            vec!["name", "quote, with comma", "n"]
+        );
+        let records: Vec<Vec<String>> = reader
+            .records()
+            .map(|r| r.unwrap().iter().map(str::to_string).collect())
+            .collect();
+        assert_eq!(
+            records,
+            vec![
+                vec!["Ann \"The Hammer\"", "hello, world", "1.5"],
+                vec!["Bob", "line one\nline two", "2"],
+                vec!["", "true", "-3"],
+            ]
+        );
+    }
+
+    #[test]
+    fn artifacts_bad_document_arguments_name_the_field() {
+        let cases = [
+            (json!({"title": "t", "content": "c"}), "format is required"),
+            (
+                json!({"format": "docx", "title": "t", "content": "c"}),
+                "format: unknown variant `docx`",
+            ),
+            (
+                json!({"format": "pdf", "content": "c"}),
+                "title is required",
+            ),
+            (
+                json!({"format": "pdf", "title": " \n", "content": "c"}),
+                "title must not be empty",
+            ),
+            (
+                json!({"format": "pdf", "title": "t".repeat(201), "content": "c"}),
+                "title is 201 characters long",
+            ),
+            (
+                json!({"format": "pdf", "title": "t", "content": "c".repeat(100_001)}),
+                "content is 100001 characters long",
+            ),
+            (
+                json!({"format": "pdf", "title": "t"}),
+                "content is required",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "rows": [[1]]}),
+                "rows needs columns",
+            ),
+            (
+                json!({"format": "csv", "title": "t"}),
+                "columns is required for a csv",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": ["a"], "content": "x"}),
+                "content: a csv document",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": ["a", "b"], "rows": [[1, 2], [3]]}),
+                "rows[1] has 1 cells for 2 columns",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": ["a"], "rows": [[[1]]]}),
+                "rows[0][0] must be a string, number, boolean or null, got an array",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": ["a"], "rows": [{"b": 1}]}),
+                "rows[0] has the key \"b\", which is not one of columns",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": ["a"], "rows": [7]}),
+                "rows[0] must be an array of cells",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": [], "rows": []}),
+                "columns must name at least one column",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": vec!["a"; 51]}),
+                "at most 50",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": ["a"], "rows": vec![[1]; 10_001]}),
+                "at most 10000",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": ["a"], "rows": [["x".repeat(5001)]]}),
+                "rows[0][0] is 5001",
+            ),
+            (
+                json!({"format": "csv", "title": "t", "columns": [{}]}),
+                "columns[0] must be a string",
+            ),
+            (
+                json!([1]),
+                "document arguments must be an object, got an array",
+            ),
+        ];
+        for (args, expected) in cases {
+            let message = invalid(args);
+            assert!(message.contains(expected), "{message:?} lacks {expected:?}");
+        }
+    }
+
+    #[test]
+    fn artifacts_document_parse_matches_the_serde_derive() {
+        let args = json!({"format": "md", "title": "T", "content": "Hello", "columns": ["a"], "rows": [[1]]});
+        let parsed = parse_document_spec(&args).unwrap();
+        let derived: DocumentSpec = serde_json::from_value(args).unwrap();
+        assert_eq!(parsed, derived);
+        assert_eq!(parsed.format, DocumentFormat::Markdown);
+    }
+}
