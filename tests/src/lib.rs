@@ -82,10 +82,10 @@ impl TestOptions {
     }
 }
 
+/// A test's own channel to its job queues (see [`TestApp::raw_publisher`]).
 pub struct RawPublisher {
     _connection: lapin::Connection,
     channel: lapin::Channel,
-    exchange: String,
     topology: unigen_shared::queue::Topology,
 }
 
@@ -94,7 +94,7 @@ impl RawPublisher {
     pub async fn publish(&self, tool: &str, payload: &[u8]) {
         self.channel
             .basic_publish(
-                self.exchange.as_str().into(),
+                self.topology.exchange().into(),
                 tool.into(),
                 lapin::options::BasicPublishOptions::default(),
                 payload,
@@ -494,7 +494,6 @@ impl TestApp {
         RawPublisher {
             _connection: connection,
             channel,
-            exchange: unigen_shared::queue::Topology::new(&self.settings.rabbitmq).exchange(),
             topology: unigen_shared::queue::Topology::new(&self.settings.rabbitmq),
         }
     }
