@@ -76,6 +76,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             Duration::from_secs(settings.jobs.retention_seconds),
         )));
     }
+    if settings.webhooks.event_retention_seconds > 0 {
+        tasks.push(Box::new(tasks::retention::EventRetention::new(
+            pool.clone(),
+            Duration::from_secs(settings.webhooks.event_retention_seconds),
+        )));
+    }
     tracing::info!(
         tasks = tasks.len(),
         tick_ms = tick.as_millis() as u64,

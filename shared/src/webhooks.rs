@@ -65,7 +65,7 @@ const RESERVED_HEADERS: &[&str] = &[
 
 /// `[webhooks]`: `retry_delays_ms`, `timeout_ms`, `lease_margin_ms`,
 /// `concurrency`, `poll_seconds`, `disable_after_failures`,
-/// `allow_private_addresses`.
+/// `allow_private_addresses`, `event_retention_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct WebhookSettings {
@@ -85,6 +85,10 @@ pub struct WebhookSettings {
     pub disable_after_failures: i32,
     /// Allows http:// and private, loopback and link-local targets (tests).
     pub allow_private_addresses: bool,
+    /// Events, with their deliveries and attempts, are deleted this long
+    /// after they were recorded, once none of their deliveries is pending;
+    /// 0 keeps them forever.
+    pub event_retention_seconds: u64,
 }
 
 impl Default for WebhookSettings {
@@ -97,6 +101,7 @@ impl Default for WebhookSettings {
             poll_seconds: 30,
             disable_after_failures: 10,
             allow_private_addresses: false,
+            event_retention_seconds: 30 * 24 * 3600,
         }
     }
 }

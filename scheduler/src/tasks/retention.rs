@@ -3,6 +3,10 @@
 //! like an unknown one. Files go first, inside the transaction that holds
 //! the rows: if the process dies half-way, the rows are still there and the
 //! next round deletes what is left, so no file is orphaned.
+//!
+//! Events (the webhook outbox) and their delivery history go
+//! `webhooks.event_retention_seconds` after they were recorded, unless a
+//! delivery is still pending.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +19,7 @@ use unigen_shared::storage::{FileStore, stored_files};
 use crate::runner::{Activity, Task};
 
 const BATCH: i64 = 200;
+const EVENT_BATCH: i64 = 1000;
 
 pub struct Retention {
     pool: PgPool,
@@ -73,6 +78,41 @@ impl Retention {
 impl Task for Retention {
     fn name(&self) -> &'static str {
         "retention"
+    }
+
+    fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {
+        Box::pin(self.round())
+    }
+}
+
+pub struct EventRetention {
+    pool: PgPool,
+    retention: Duration,
+}
+
+impl EventRetention {
+    pub fn new(pool: PgPool, retention: Duration) -> Self {
+        Self { pool, retention }
+    }
+
+    async fn round(&self) -> anyhow::Result<Activity> {
+        let mut conn = self.pool.get().await?;
+        let deleted =
+            queries::events::delete_expired(&mut conn, self.retention, EVENT_BATCH).await?;
+        if deleted > 0 {
+            tracing::info!(events = deleted, "expired events deleted");
+        }
+        Ok(if deleted as i64 == EVENT_BATCH {
+            Activity::Busy
+        } else {
+            Activity::Idle
+        })
+    }
+}
+
+impl Task for EventRetention {
+    fn name(&self) -> &'static str {
+        "event_retention"
     }
 
     fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {

@@ -292,3 +292,73 @@ async fn a_scheduler_stopped_with_sigterm_finishes_the_delivery_in_flight() {
     assert_eq!(deliveries[0]["attempt_count"], 1);
     assert_eq!(receiver.received_requests().await.unwrap().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_and_their_delivery_history_expire_unless_a_delivery_is_pending() {
+    let app = TestApp::spawn_with(TestOptions::default().configure(|s| {
+        s.webhooks.event_retention_seconds = 2;
+        // A failed attempt waits long for its retry: its delivery stays pending.
+        s.webhooks.retry_delays_ms = vec![600_000];
+    }))
+    .await;
+    let register = |kind: &'static str, status: u16| {
+        let app = &app;
+        async move {
+            let receiver = wiremock::MockServer::start().await;
+            wiremock::Mock::given(wiremock::matchers::method("POST"))
+                .respond_with(wiremock::ResponseTemplate::new(status))
+                .mount(&receiver)
+                .await;
+            let (code, body) = json_of(
+                app.post_json(
+                    "/api/v1/webhooks",
+                    &app.key,
+                    &json!({"name": kind, "url": format!("{}/hook", receiver.uri()), "events": [kind]}),
+                )
+                .await,
+            )
+            .await;
+            assert_eq!(code, 201, "{body}");
+            (receiver, body["id"].as_str().unwrap().to_owned())
+        }
+    };
+    let (_delivered_to, delivered) = register("generation.completed", 200).await;
+    let (_failing, failing) = register("generation.started", 500).await;
+    let id = app
+        .submit_image_async(&json!({"prompt": "remembered briefly"}))
+        .await;
+    app.wait_for_job(&id, Duration::from_secs(30)).await;
+
+    let count = |sql: String| {
+        let app = &app;
+        async move { app.db.scalar_i64(&sql).await }
+    };
+    let deliveries_of = |webhook: &str| {
+        format!("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = '{webhook}'")
+    };
+    let started = Instant::now();
+    while count(deliveries_of(&delivered)).await != 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the delivered event never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        count("SELECT count(*) FROM events WHERE type = 'generation.completed'".into()).await,
+        0,
+        "the delivered event is gone with its delivery"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM events WHERE type = 'generation.started'".into()).await,
+        1,
+        "an event with a pending delivery is kept"
+    );
+    assert_eq!(count(deliveries_of(&failing)).await, 1);
+    let (status, job) = json_of(app.get(&format!("/api/v1/jobs/{id}"), &app.key).await).await;
+    assert_eq!(
+        (status, &job["status"]),
+        (200, &json!("completed")),
+        "jobs keep their own retention"
+    );
+}

@@ -1,7 +1,7 @@
 //! The event outbox: written inside the transactions that change state.
 
 use diesel::prelude::*;
-use diesel::sql_types::{Jsonb, Text, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Jsonb, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
@@ -38,4 +38,26 @@ pub async fn list_for_org(
         .select(Event::as_select())
         .load(conn)
         .await?)
+}
+
+/// Deletes up to `limit` events recorded more than `retention` ago, oldest
+/// first, with their deliveries and attempts (cascade); an event with a
+/// delivery still pending is kept until it is delivered or fails.
+pub async fn delete_expired(
+    conn: &mut AsyncPgConnection,
+    retention: std::time::Duration,
+    limit: i64,
+) -> Result<usize, DbError> {
+    Ok(diesel::sql_query(
+        "DELETE FROM events WHERE id IN ( \
+             SELECT e.id FROM events e \
+              WHERE e.created_at < now() - make_interval(secs => $1) \
+                AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d \
+                                 WHERE d.event_id = e.id AND d.status = 'pending') \
+              ORDER BY e.created_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind::<BigInt, _>(retention.as_secs() as i64)
+    .bind::<BigInt, _>(limit)
+    .execute(conn)
+    .await?)
 }

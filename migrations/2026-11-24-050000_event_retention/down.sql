@@ -1,0 +1,2 @@
+DROP INDEX webhook_deliveries_event_idx;
+DROP INDEX events_created_idx;
