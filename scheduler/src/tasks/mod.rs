@@ -6,13 +6,15 @@ pub mod retention;
 pub mod webhooks;
 
 use diesel_async::AsyncPgConnection;
+use unigen_shared::billing::job_usage_record;
 use unigen_shared::db::queries::jobs::RescuedJob;
 use unigen_shared::db::{DbError, queries};
 use unigen_shared::events;
 
 /// For jobs the scheduler just failed (out of attempts, past the deadline):
-/// their `generation.failed` events, and their reservations released (a
-/// failed job consumes nothing). Call in the transaction that failed them.
+/// their `generation.failed` events, their reservations released (a failed
+/// job consumes nothing) and a `failed` usage record, as when a worker fails
+/// a job. Call in the transaction that failed them.
 pub(crate) async fn record_given_up(
     conn: &mut AsyncPgConnection,
     jobs: &[RescuedJob],
@@ -21,7 +23,10 @@ pub(crate) async fn record_given_up(
         let message = job.error_message.as_deref().unwrap_or("the job failed");
         let event = events::generation_failed(job.org_id, job.id, &job.tool, &job.model, message);
         queries::events::insert(conn, &event).await?;
-        queries::billing::release(conn, job.id, None).await?;
+        let record = queries::jobs::find(conn, job.id)
+            .await?
+            .map(|row| job_usage_record(&row, "failed"));
+        queries::billing::release(conn, job.id, record).await?;
     }
     Ok(())
 }

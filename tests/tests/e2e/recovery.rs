@@ -54,6 +54,13 @@ async fn a_job_past_its_tool_deadline_fails_with_a_reason_and_frees_its_worker()
         ))
         .await;
     assert_eq!(reserved, 0, "a failed job consumes nothing");
+    let recorded = app
+        .db
+        .scalar_i64(&format!(
+            "SELECT count(*) FROM usage_records WHERE id = '{first}' AND status = 'failed' AND credits = 0"
+        ))
+        .await;
+    assert_eq!(recorded, 1, "the failure counts in usage analytics");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
