@@ -16,7 +16,7 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use unigen_shared::domain::Tool;
-use unigen_shared::metrics::{ListenerMetrics, Scrape, render};
+use unigen_shared::metrics::{ListenerMetrics, Scrape, job_failures, render};
 use unigen_shared::notify::ListenerHub;
 use unigen_shared::queue::{SharedConnection, Topology};
 
@@ -42,13 +42,7 @@ pub struct SchedulerMetrics {
 impl SchedulerMetrics {
     pub fn new() -> prometheus::Result<Self> {
         let registry = Registry::new();
-        let job_failures = IntCounterVec::new(
-            Opts::new(
-                "unigen_job_failures_total",
-                "Jobs that failed for good, by reason",
-            ),
-            &["tool", "reason"],
-        )?;
+        let job_failures = job_failures(&registry)?;
         let webhook_attempts = IntCounterVec::new(
             Opts::new(
                 "unigen_webhook_attempts_total",
@@ -84,7 +78,6 @@ impl SchedulerMetrics {
             ),
             &["tool"],
         )?;
-        registry.register(Box::new(job_failures.clone()))?;
         registry.register(Box::new(webhook_attempts.clone()))?;
         registry.register(Box::new(webhook_duration.clone()))?;
         registry.register(Box::new(queue_depth.clone()))?;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use futures_util::future::BoxFuture;
-use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::notify::ListenerHub;
@@ -56,6 +56,21 @@ impl ListenerMetrics {
             self.reconnects.inc_by(total - seen);
         }
     }
+}
+
+/// `unigen_job_failures_total{tool, reason}`, registered in `registry`:
+/// counted by the worker (provider and storage failures) and by the
+/// scheduler (worker lost, deadline exceeded) under one definition.
+pub fn job_failures(registry: &Registry) -> prometheus::Result<IntCounterVec> {
+    let counter = IntCounterVec::new(
+        Opts::new(
+            "unigen_job_failures_total",
+            "Jobs that failed for good, by reason",
+        ),
+        &["tool", "reason"],
+    )?;
+    registry.register(Box::new(counter.clone()))?;
+    Ok(counter)
 }
 
 /// What a metrics endpoint serves.

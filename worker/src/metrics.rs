@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Registry};
 use unigen_shared::domain::Tool;
-use unigen_shared::metrics::{ListenerMetrics, Scrape, render};
+use unigen_shared::metrics::{ListenerMetrics, Scrape, job_failures, render};
 use unigen_shared::notify::ListenerHub;
 
 /// Job run times span a 10 ms echo to a 30 min video.
@@ -34,15 +34,8 @@ impl WorkerMetrics {
             .buckets(JOB_DURATION_BUCKETS.to_vec()),
             &["tool", "model", "outcome"],
         )?;
-        let job_failures = IntCounterVec::new(
-            Opts::new(
-                "unigen_job_failures_total",
-                "Jobs that failed for good, by reason",
-            ),
-            &["tool", "reason"],
-        )?;
+        let job_failures = job_failures(&registry)?;
         registry.register(Box::new(job_duration.clone()))?;
-        registry.register(Box::new(job_failures.clone()))?;
         let listener = ListenerMetrics::register(&registry)?;
         Ok(Self {
             registry,
