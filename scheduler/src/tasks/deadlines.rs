@@ -48,28 +48,27 @@ impl Deadlines {
     async fn round(&self) -> anyhow::Result<Activity> {
         let mut pooled = self.pool.get().await.map_err(DbError::from)?;
         let conn: &mut AsyncPgConnection = &mut pooled;
-        let mut busy = false;
-        for &(tool, max_run) in &self.limits {
-            // The failure, its event and the released reservation commit together.
-            let failed = conn
-                .transaction::<_, DbError, _>(async |conn| {
-                    let failed = queries::jobs::fail_overdue(conn, tool, max_run, BATCH).await?;
-                    super::record_given_up(conn, &failed).await?;
-                    Ok(failed)
-                })
-                .await?;
-            if failed.is_empty() {
-                continue;
-            }
-            busy |= failed.len() as i64 == BATCH;
+        // The failures, their events and the released reservations commit together.
+        let failed = conn
+            .transaction::<_, DbError, _>(async |conn| {
+                let failed = queries::jobs::fail_overdue(conn, &self.limits, BATCH).await?;
+                super::record_given_up(conn, &failed).await?;
+                Ok(failed)
+            })
+            .await?;
+        if !failed.is_empty() {
             self.notifier.events_recorded();
-            for job in &failed {
-                self.metrics.job_failed(&job.tool, "deadline_exceeded");
-                tracing::warn!(job.id = %job.id, %tool, attempt = job.attempt, max_run_seconds = max_run.as_secs(), "job past its deadline; failed");
-                self.notifier.job_changed(job.id);
-            }
         }
-        Ok(if busy { Activity::Busy } else { Activity::Idle })
+        for job in &failed {
+            self.metrics.job_failed(&job.tool, "deadline_exceeded");
+            tracing::warn!(job.id = %job.id, tool = %job.tool, attempt = job.attempt, error = job.error_message.as_deref(), "job past its deadline; failed");
+            self.notifier.job_changed(job.id);
+        }
+        Ok(if failed.len() as i64 == BATCH {
+            Activity::Busy
+        } else {
+            Activity::Idle
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Text, Uuid as SqlUuid};
+use diesel::sql_types::{Array, BigInt, Integer, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
@@ -372,27 +372,31 @@ pub async fn rescue_expired_leases(
     .await?)
 }
 
-/// Processing jobs of `tool` whose current attempt started more than
-/// `max_run` ago: failed with a reason (not retried: another attempt would
-/// most likely overrun too). The worker running one sees it is no longer
-/// its job and aborts.
+/// Processing jobs whose current attempt started longer ago than their
+/// tool's limit in `limits`: failed with a reason (not retried: another
+/// attempt would most likely overrun too), in one statement for all tools.
+/// The worker running one sees it is no longer its job and aborts.
 pub async fn fail_overdue(
     conn: &mut AsyncPgConnection,
-    tool: Tool,
-    max_run: Duration,
+    limits: &[(Tool, Duration)],
     limit: i64,
 ) -> Result<Vec<RescuedJob>, DbError> {
+    let tools: Vec<&str> = limits.iter().map(|(tool, _)| tool.as_str()).collect();
+    let seconds: Vec<i64> = limits.iter().map(|(_, max)| max.as_secs() as i64).collect();
     Ok(diesel::sql_query(
-        "UPDATE jobs SET status = 'failed', \
-             error_message = 'the job exceeded its maximum run time of ' || $2 || ' s', \
+        "WITH max_run(tool, secs) AS (SELECT * FROM unnest($1::text[], $2::bigint[])), \
+              overdue AS (SELECT j.id, m.secs FROM jobs j JOIN max_run m ON m.tool = j.tool \
+                           WHERE j.status = 'processing' \
+                             AND j.started_at < now() - make_interval(secs => m.secs) \
+                           ORDER BY j.started_at LIMIT $3 FOR UPDATE OF j SKIP LOCKED) \
+         UPDATE jobs SET status = 'failed', \
+             error_message = 'the job exceeded its maximum run time of ' || overdue.secs || ' s', \
              actual_credits = 0, completed_at = now(), lease_expires_at = NULL \
-         WHERE id IN (SELECT id FROM jobs WHERE status = 'processing' AND tool = $1 \
-                        AND started_at < now() - make_interval(secs => $2) \
-                      ORDER BY started_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         RETURNING id, org_id, tool, model, error_message, status, attempt",
+         FROM overdue WHERE jobs.id = overdue.id \
+         RETURNING jobs.id, jobs.org_id, jobs.tool, jobs.model, jobs.error_message, jobs.status, jobs.attempt",
     )
-    .bind::<Text, _>(tool.as_str())
-    .bind::<BigInt, _>(max_run.as_secs() as i64)
+    .bind::<Array<Text>, _>(tools)
+    .bind::<Array<BigInt>, _>(seconds)
     .bind::<BigInt, _>(limit)
     .load(conn)
     .await?)
