@@ -6,7 +6,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use sha2::{Digest, Sha256};
 use tokio_postgres::NoTls;
 
-use crate::{POSTGRES_ADMIN_URL, env_or};
+use crate::postgres_admin_url;
 
 /// Any advisory lock id, shared by every test process.
 const TEMPLATE_LOCK: i64 = 0x756e_6967_656e;
@@ -60,7 +60,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 impl TestDatabase {
     pub async fn create() -> anyhow::Result<Self> {
-        let admin_url = env_or("UNIGEN_TEST_DATABASE_URL", POSTGRES_ADMIN_URL);
+        let admin_url = postgres_admin_url();
         let admin = admin_client(&admin_url).await?;
         let template = template_name();
         let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();

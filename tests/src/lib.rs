@@ -25,6 +25,17 @@ pub use process::StackProcess;
 pub use proxy::FaultProxy;
 
 pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// The PostgreSQL server's admin URL (`UNIGEN_TEST_DATABASE_URL`).
+fn postgres_admin_url() -> String {
+    env_or("UNIGEN_TEST_DATABASE_URL", POSTGRES_ADMIN_URL)
+}
+
+/// The RabbitMQ URL (`UNIGEN_TEST_AMQP_URL`).
+fn amqp_url() -> String {
+    env_or("UNIGEN_TEST_AMQP_URL", DEFAULT_AMQP_URL)
+}
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -169,10 +180,7 @@ impl TestApp {
         let mut settings = Settings::load_with(None, &[])?;
         settings.database.url = db.url.clone();
         settings.database.pool_size = 8;
-        settings.rabbitmq.url = env_or(
-            "UNIGEN_TEST_AMQP_URL",
-            "amqp://guest:guest@127.0.0.1:5672/%2f",
-        );
+        settings.rabbitmq.url = amqp_url();
         settings.rabbitmq.prefix = format!("test.{}.", &tag[..12]);
         settings.rabbitmq.queue_expires_ms = Some(60_000);
         // Hundreds of quorum queues created and expired per run stall a

@@ -50,6 +50,16 @@ impl FaultProxy {
         }
     }
 
+    /// In front of the tests' PostgreSQL server (`UNIGEN_TEST_DATABASE_URL`).
+    pub async fn postgres() -> FaultProxy {
+        Self::start(&host_port(&crate::postgres_admin_url())).await
+    }
+
+    /// In front of the tests' RabbitMQ (`UNIGEN_TEST_AMQP_URL`).
+    pub async fn rabbitmq() -> FaultProxy {
+        Self::start(&host_port(&crate::amqp_url())).await
+    }
+
     /// Closes every open connection and refuses new ones until [`restore`].
     ///
     /// [`restore`]: FaultProxy::restore
@@ -88,6 +98,14 @@ impl Drop for FaultProxy {
         self.accept.abort();
         self.cut();
     }
+}
+
+/// `host:port` of a URL, as a socket address (`localhost` as 127.0.0.1).
+fn host_port(url: &str) -> String {
+    let authority = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = authority.split('/').next().unwrap_or(authority);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    host_port.replace("localhost", "127.0.0.1")
 }
 
 async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {

@@ -20,28 +20,6 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 const STACK: &str = env!("CARGO_BIN_EXE_unigen-stack");
 const SETTLE: Duration = Duration::from_secs(90);
 
-fn service_address(env: &str, default: &str) -> String {
-    let url = std::env::var(env).unwrap_or_else(|_| default.to_owned());
-    let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
-    let authority = authority.split('/').next().unwrap_or(authority);
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    host_port.replace("localhost", "127.0.0.1")
-}
-
-fn postgres_address() -> String {
-    service_address(
-        "UNIGEN_TEST_DATABASE_URL",
-        "postgres://postgres@127.0.0.1:5432/postgres",
-    )
-}
-
-fn rabbitmq_address() -> String {
-    service_address(
-        "UNIGEN_TEST_AMQP_URL",
-        "amqp://guest:guest@127.0.0.1:5672/%2f",
-    )
-}
-
 /// The load of these tests is far above a plan's request rate.
 async fn lift_plan_limits(app: &TestApp) {
     app.sql("UPDATE plans SET rate_limit_per_minute = 1000000, concurrent_requests = 10000")
@@ -338,13 +316,10 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_charges_once() {
 /// reconnects by itself, and every job completes once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_during_submission_loses_no_accepted_job() {
-    let broker = FaultProxy::start(&rabbitmq_address()).await;
-    let via = broker.url_via(
-        &std::env::var("UNIGEN_TEST_AMQP_URL")
-            .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
-    );
+    let broker = Arc::new(FaultProxy::rabbitmq().await);
+    let proxy = broker.clone();
     let app = TestApp::spawn_with(TestOptions::default().configure(move |s| {
-        s.rabbitmq.url = via;
+        s.rabbitmq.url = proxy.url_via(&s.rabbitmq.url);
         s.worker.tools = vec!["image".into()];
     }))
     .await;
@@ -422,7 +397,7 @@ async fn a_broker_outage_during_submission_loses_no_accepted_job() {
 /// worker could not write are retried, and every job ends once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_while_jobs_complete_and_clients_long_poll_loses_nothing() {
-    let postgres = Arc::new(FaultProxy::start(&postgres_address()).await);
+    let postgres = Arc::new(FaultProxy::postgres().await);
     let proxy = postgres.clone();
     let app = Arc::new(
         TestApp::spawn_with(TestOptions::default().configure(move |s| {

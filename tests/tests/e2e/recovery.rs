@@ -148,7 +148,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_answers_503_while_postgres_is_unreachable_and_recovers_by_itself() {
-    let postgres = std::sync::Arc::new(FaultProxy::start("127.0.0.1:5432").await);
+    let postgres = std::sync::Arc::new(FaultProxy::postgres().await);
     let proxy = postgres.clone();
     let app = TestApp::spawn_with(
         TestOptions::default()
