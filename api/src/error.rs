@@ -3,6 +3,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
+use unigen_shared::agents::PlanRefusal;
 use unigen_shared::billing::Refusal;
 use unigen_shared::db::DbError;
 use unigen_shared::jobs::{SubmitError, ValidationError};
@@ -219,6 +220,17 @@ impl From<DbError> for ApiError {
 impl From<diesel::result::Error> for ApiError {
     fn from(err: diesel::result::Error) -> Self {
         DbError::from(err).into()
+    }
+}
+
+impl From<PlanRefusal> for ApiError {
+    fn from(refusal: PlanRefusal) -> Self {
+        match refusal {
+            PlanRefusal::NotOnPlan(_) => ApiError::NotOnPlan(refusal.to_string()),
+            PlanRefusal::TooManyAgents { .. }
+            | PlanRefusal::TooManyTools { .. }
+            | PlanRefusal::TooManyIterations { .. } => ApiError::LimitReached(refusal.to_string()),
+        }
     }
 }
 

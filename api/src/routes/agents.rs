@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use actix_web::{HttpResponse, delete, get, patch, post, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use unigen_shared::agents::{AgentRequest, MAX_NAME_CHARS, PlanRefusal, TEMPLATE_CATEGORIES};
+use unigen_shared::agents::{self, AgentRequest, MAX_NAME_CHARS, TEMPLATE_CATEGORIES};
 use unigen_shared::db::models::{Agent, NewAgent};
 use unigen_shared::db::queries::agents::{CreateOutcome, UpdateOutcome};
 use unigen_shared::db::{DbError, queries};
@@ -95,17 +95,6 @@ pub struct AgentList {
 pub struct DuplicateRequest {
     /// The copy's name (default: the original's name followed by ` (copy)`).
     pub name: Option<String>,
-}
-
-impl From<PlanRefusal> for ApiError {
-    fn from(refusal: PlanRefusal) -> Self {
-        match refusal {
-            PlanRefusal::NotOnPlan(_) => ApiError::NotOnPlan(refusal.to_string()),
-            PlanRefusal::TooManyAgents { .. }
-            | PlanRefusal::TooManyTools { .. }
-            | PlanRefusal::TooManyIterations { .. } => ApiError::LimitReached(refusal.to_string()),
-        }
-    }
 }
 
 async fn create_within_plan(state: &AppState, new: &NewAgent) -> Result<HttpResponse, ApiError> {
@@ -316,14 +305,8 @@ pub async fn duplicate_agent(
         .await?
         .ok_or_else(|| not_found(KIND, &path))?;
     drop(conn);
-    let name = match request.name {
-        Some(name) => AgentRequest {
-            name: Some(name),
-            ..Default::default()
-        }
-        .to_update(&state.catalogue)?
-        .name
-        .unwrap_or_default(),
+    let name = match request.name.as_deref() {
+        Some(name) => agents::validate_name(name)?,
         None => copy_name(&source.name),
     };
     let new = NewAgent {

@@ -142,6 +142,11 @@ fn text(
     Ok(trimmed.to_owned())
 }
 
+/// An agent's name: required, at most 100 characters after trimming.
+pub fn validate_name(name: &str) -> Result<String, ValidationError> {
+    required_text("name", Some(name), MAX_NAME_CHARS)
+}
+
 fn required_text(
     field: &'static str,
     value: Option<&str>,
@@ -218,7 +223,7 @@ impl AgentRequest {
         Ok(NewAgent {
             id,
             org_id,
-            name: required_text("name", self.name.as_deref(), MAX_NAME_CHARS)?,
+            name: validate_name(self.name.as_deref().unwrap_or_default())?,
             description: text(
                 "description",
                 self.description.as_deref().unwrap_or_default(),
@@ -254,11 +259,7 @@ impl AgentRequest {
     /// The fields present, validated like on create.
     pub fn to_update(&self, catalogue: &Catalogue) -> Result<AgentUpdate, ValidationError> {
         Ok(AgentUpdate {
-            name: self
-                .name
-                .as_deref()
-                .map(|v| required_text("name", Some(v), MAX_NAME_CHARS))
-                .transpose()?,
+            name: self.name.as_deref().map(validate_name).transpose()?,
             description: self
                 .description
                 .as_deref()

@@ -350,6 +350,20 @@ async fn templates_are_listed_by_category_read_and_duplicated_but_never_changed(
         (status, &named["agent"]["name"]),
         (201, &json!("Quarterly numbers"))
     );
+    let (status, refused) = json_of(
+        app.post_json(
+            &format!("/api/v1/agents/{copy_id}/duplicate"),
+            &app.key,
+            &json!({"name": "  "}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        (&refused["error"]["param"], &refused["error"]["message"]),
+        (&json!("name"), &json!("name is required"))
+    );
     let (_, own) = json_of(app.get("/api/v1/agents", &app.key).await).await;
     assert_eq!(
         own["agents"].as_array().unwrap().len(),
