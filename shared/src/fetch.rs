@@ -216,28 +216,7 @@ impl Fetcher {
     }
 
     async fn fetch(&self, field: &'static str, raw: &str) -> Result<Vec<u8>, FetchError> {
-        let url = reqwest::Url::parse(raw).map_err(|_| error(field, "is not a valid URL"))?;
-        if !host_allowed(&url, self.allow_private) {
-            return Err(error(
-                field,
-                "points to a private or loopback address, which is not allowed",
-            ));
-        }
-        let mut response = self
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| error(field, describe(&e)))?;
-        if !response.status().is_success() {
-            return Err(error(
-                field,
-                format!(
-                    "could not be fetched: the server answered {}",
-                    response.status()
-                ),
-            ));
-        }
+        let mut response = self.send(field, raw, None).await?;
         if response
             .content_length()
             .is_some_and(|len| len as usize > self.max_bytes)
@@ -263,6 +242,236 @@ impl Fetcher {
         }
         Ok(bytes)
     }
+
+    /// GETs an http(s) URL through the guarded client: the URL's own host is
+    /// checked here, names by the resolver, redirects by the policy. Only a
+    /// success status gets through.
+    async fn send(
+        &self,
+        field: &'static str,
+        raw: &str,
+        accept: Option<&'static str>,
+    ) -> Result<reqwest::Response, FetchError> {
+        let url = reqwest::Url::parse(raw).map_err(|_| error(field, "is not a valid URL"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(error(field, "must be an http(s) URL"));
+        }
+        if !host_allowed(&url, self.allow_private) {
+            return Err(error(
+                field,
+                "points to a private or loopback address, which is not allowed",
+            ));
+        }
+        let mut request = self.client.get(url);
+        if let Some(accept) = accept {
+            request = request.header(reqwest::header::ACCEPT, accept);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| error(field, describe(&e)))?;
+        if !response.status().is_success() {
+            return Err(error(
+                field,
+                format!(
+                    "could not be fetched: the server answered {}",
+                    response.status()
+                ),
+            ));
+        }
+        Ok(response)
+    }
+
+    /// Loads a text page (HTML, plain text, Markdown, JSON) from an http(s)
+    /// URL for `field`, with the SSRF guard of [`Fetcher::load`]. Other
+    /// content types are refused before their body is read. At most
+    /// `max_bytes` of the body are read: a longer page is cut there and
+    /// marked `truncated`, since its start is still worth reading.
+    pub async fn load_page(
+        &self,
+        field: &'static str,
+        raw: &str,
+        max_bytes: usize,
+    ) -> Result<Page, FetchError> {
+        let raw = raw.trim();
+        if raw.is_empty() {
+            return Err(error(field, "is required"));
+        }
+        let mut response = self.send(field, raw, Some(PAGE_ACCEPT)).await?;
+        let final_url = response.url().to_string();
+        let header = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let declared = header.as_deref().map(MediaType::parse);
+        if let Some(media_type) = &declared
+            && PageKind::of(&media_type.essence).is_none()
+        {
+            return Err(error(
+                field,
+                format!(
+                    "is {}, which cannot be read as text (HTML, plain text, Markdown or JSON only)",
+                    media_type.essence
+                ),
+            ));
+        }
+        let mut bytes = Vec::new();
+        let mut truncated = false;
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| error(field, describe(&e)))?
+        {
+            let room = max_bytes - bytes.len();
+            if chunk.len() > room {
+                bytes.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let (content_type, kind) = match &declared {
+            Some(media_type) => (
+                media_type.essence.clone(),
+                PageKind::of(&media_type.essence).expect("checked above"),
+            ),
+            None => sniff_page(&bytes).ok_or_else(|| {
+                error(
+                    field,
+                    "has no content type and does not look like text, so it cannot be read",
+                )
+            })?,
+        };
+        let charset = declared.as_ref().and_then(|m| m.charset.as_deref());
+        let text = decode_text(&bytes, charset, kind == PageKind::Html);
+        Ok(Page {
+            final_url,
+            content_type,
+            kind,
+            text,
+            truncated,
+        })
+    }
+}
+
+/// What `load_page` asks servers for.
+const PAGE_ACCEPT: &str = "text/html,application/xhtml+xml,text/plain;q=0.9,text/markdown;q=0.9,\
+                           application/json;q=0.8,text/*;q=0.5";
+
+/// A text page as [`Fetcher::load_page`] loaded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    /// Where the page was found, after redirects.
+    pub final_url: String,
+    /// The media type without parameters, lowercase (`text/html`).
+    pub content_type: String,
+    pub kind: PageKind,
+    /// The body decoded to text: the charset of the header, else a byte
+    /// order mark, else (HTML) a `<meta>` declaration, else UTF-8 when the
+    /// bytes are valid UTF-8 and windows-1252 (the web's default) when not.
+    pub text: String,
+    /// The body was longer than the cap; `text` holds its start.
+    pub truncated: bool,
+}
+
+/// The kinds of text `load_page` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageKind {
+    Html,
+    Markdown,
+    Json,
+    /// Plain text and the other `text/*` types (CSV, source code...).
+    Plain,
+}
+
+impl PageKind {
+    fn of(essence: &str) -> Option<Self> {
+        match essence {
+            "text/html" | "application/xhtml+xml" => Some(Self::Html),
+            "text/markdown" | "text/x-markdown" => Some(Self::Markdown),
+            "application/json" | "text/json" => Some(Self::Json),
+            json if json.starts_with("application/") && json.ends_with("+json") => Some(Self::Json),
+            text if text.starts_with("text/") => Some(Self::Plain),
+            _ => None,
+        }
+    }
+}
+
+/// A `Content-Type` value: its essence and charset.
+struct MediaType {
+    essence: String,
+    charset: Option<String>,
+}
+
+impl MediaType {
+    fn parse(value: &str) -> Self {
+        let mut parts = value.split(';');
+        let essence = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let charset = parts.find_map(|param| {
+            let (name, value) = param.split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("charset")
+                .then(|| value.trim().trim_matches('"').to_owned())
+        });
+        Self { essence, charset }
+    }
+}
+
+/// The kind of a body served without a content type: HTML if it starts like
+/// a document, plain text if it holds no NUL in its first kilobyte.
+fn sniff_page(bytes: &[u8]) -> Option<(String, PageKind)> {
+    let head = &bytes[..bytes.len().min(1024)];
+    if head.contains(&0) {
+        return None;
+    }
+    let start = String::from_utf8_lossy(head)
+        .trim_start()
+        .to_ascii_lowercase();
+    if start.starts_with("<!doctype html") || start.starts_with("<html") {
+        Some(("text/html".to_owned(), PageKind::Html))
+    } else {
+        Some(("text/plain".to_owned(), PageKind::Plain))
+    }
+}
+
+fn decode_text(bytes: &[u8], charset: Option<&str>, html: bool) -> String {
+    let declared = charset
+        .or_else(|| html.then(|| meta_charset(bytes)).flatten())
+        .and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes()));
+    let (encoding, bytes) = match declared {
+        Some(encoding) => (encoding, bytes),
+        None => match std::str::from_utf8(bytes) {
+            Ok(_) => (encoding_rs::UTF_8, bytes),
+            // A page cut inside a multi-byte character: keep the whole ones.
+            Err(err) if err.error_len().is_none() => {
+                (encoding_rs::UTF_8, &bytes[..err.valid_up_to()])
+            }
+            Err(_) => (encoding_rs::WINDOWS_1252, bytes),
+        },
+    };
+    // `decode` lets a byte order mark override the label, as browsers do.
+    encoding.decode(bytes).0.into_owned()
+}
+
+/// The charset an HTML page declares in its first kilobyte
+/// (`<meta charset="...">` or `<meta http-equiv ... content="...; charset=...">`).
+fn meta_charset(bytes: &[u8]) -> Option<&str> {
+    let head = &bytes[..bytes.len().min(1024)];
+    let lower = head.to_ascii_lowercase();
+    let at = lower.windows(8).position(|w| w == b"charset=")? + 8;
+    let rest = &head[at..];
+    let rest = rest
+        .strip_prefix(b"\"")
+        .or(rest.strip_prefix(b"'"))
+        .unwrap_or(rest);
+    let end = rest
+        .iter()
+        .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.')))
+        .unwrap_or(rest.len());
+    std::str::from_utf8(&rest[..end])
+        .ok()
+        .filter(|l| !l.is_empty())
 }
 
 fn describe(err: &reqwest::Error) -> String {
@@ -423,6 +632,46 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.to_string(), "file is larger than 0 MB");
+    }
+
+    #[test]
+    fn page_text_is_decoded_by_header_meta_bom_or_content() {
+        let latin = b"<html><head><meta charset=\"iso-8859-1\"></head>caf\xe9</html>";
+        assert!(decode_text(latin, None, true).contains("caf\u{e9}"));
+        let equiv = b"<meta http-equiv=Content-Type content='text/html; charset=windows-1251'>\xcf";
+        assert_eq!(meta_charset(equiv), Some("windows-1251"));
+        assert!(decode_text(equiv, None, true).ends_with('\u{41f}'));
+        // The header wins over the page; a BOM wins over both.
+        assert_eq!(decode_text(b"caf\xe9", Some("latin1"), false), "caf\u{e9}");
+        assert_eq!(decode_text(b"\xef\xbb\xbfok", Some("latin1"), false), "ok");
+        // Undeclared: UTF-8 when valid (even cut mid-character), else windows-1252.
+        assert_eq!(decode_text("é€".as_bytes(), None, false), "é€");
+        assert_eq!(decode_text(&"é€".as_bytes()[..4], None, false), "é");
+        assert_eq!(
+            decode_text(b"\x93quoted\x94", None, false),
+            "\u{201c}quoted\u{201d}"
+        );
+    }
+
+    #[test]
+    fn pages_without_a_content_type_are_sniffed() {
+        assert_eq!(
+            sniff_page(b"  <!DOCTYPE html><p>x"),
+            Some(("text/html".to_owned(), PageKind::Html))
+        );
+        assert_eq!(
+            sniff_page(b"plain words"),
+            Some(("text/plain".to_owned(), PageKind::Plain))
+        );
+        assert_eq!(sniff_page(b"\x89PNG\r\n\x1a\n\0\0"), None);
+        assert_eq!(PageKind::of("application/ld+json"), Some(PageKind::Json));
+        assert_eq!(PageKind::of("text/csv"), Some(PageKind::Plain));
+        assert_eq!(PageKind::of("application/pdf"), None);
+        let media = MediaType::parse("Text/HTML; Charset=\"UTF-8\"");
+        assert_eq!(
+            (media.essence.as_str(), media.charset.as_deref()),
+            ("text/html", Some("UTF-8"))
+        );
     }
 
     #[test]

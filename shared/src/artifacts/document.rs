@@ -4,6 +4,8 @@
 //! numbered items, code fences, `|` tables); `columns` + `rows` are a table,
 //! the whole document for CSV and appended after the content otherwise.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -306,23 +308,54 @@ fn markdown_cell(text: &str) -> String {
     out
 }
 
-/// RFC 4180: CRLF line ends, fields quoted only when needed.
+/// RFC 4180: CRLF line ends, fields quoted only when needed. Text cells
+/// that a spreadsheet would run as a formula are neutralised.
 fn render_csv(spec: &DocumentSpec) -> Result<Vec<u8>, ArtifactError> {
     let csv_error = |e: csv::Error| ArtifactError::Render(format!("csv: {e}"));
     let mut writer = csv::WriterBuilder::new()
         .terminator(csv::Terminator::CRLF)
         .from_writer(Vec::new());
     if let Some((columns, rows)) = spec.table() {
-        writer.write_record(&columns).map_err(csv_error)?;
+        let header = columns.iter().map(|c| inert_csv_text(c));
+        write_csv_record(&mut writer, header).map_err(csv_error)?;
         for row in rows {
-            writer
-                .write_record(row.iter().map(|c| c.text.as_str()))
-                .map_err(csv_error)?;
+            let cells = row.iter().map(|c| {
+                if c.numeric {
+                    Cow::Borrowed(c.text.as_str())
+                } else {
+                    inert_csv_text(&c.text)
+                }
+            });
+            write_csv_record(&mut writer, cells).map_err(csv_error)?;
         }
     }
     writer
         .into_inner()
         .map_err(|e| ArtifactError::Render(format!("csv: {}", e.error())))
+}
+
+fn write_csv_record<'a>(
+    writer: &mut csv::Writer<Vec<u8>>,
+    cells: impl Iterator<Item = Cow<'a, str>>,
+) -> Result<(), csv::Error> {
+    for cell in cells {
+        writer.write_field(cell.as_bytes())?;
+    }
+    // Ends the record the fields above started.
+    writer.write_record(None::<&[u8]>)
+}
+
+/// A text cell that spreadsheets will not evaluate (CSV formula injection):
+/// one starting with `=`, `+`, `-`, `@`, a tab or a carriage return gets a
+/// leading `'`, which Excel, LibreOffice and Google Sheets show as text.
+/// A plain number such as `-12.5` is left alone: it is no formula.
+fn inert_csv_text(text: &str) -> Cow<'_, str> {
+    let risky = text.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    if risky && !text.parse::<f64>().is_ok_and(f64::is_finite) {
+        Cow::Owned(format!("'{text}"))
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 #[cfg(test)]
@@ -492,6 +525,37 @@ mod tests {
                 vec!["Ann \"The Hammer\"", "hello, world", "1.5"],
                 vec!["Bob", "line one\nline two", "2"],
                 vec!["", "true", "-3"],
+            ]
+        );
+    }
+
+    #[test]
+    fn artifacts_csv_cells_that_would_run_as_formulas_are_neutralised() {
+        let rendered = render(json!({
+            "format": "csv", "title": "Injected",
+            "columns": ["=HEADER()", "plain"],
+            "rows": [
+                ["=HYPERLINK(\"http://evil.example\",\"x\")", "+1+2"],
+                ["-2+3", "@SUM(A1:A2)"],
+                ["\tcmd", "\r=1"],
+                ["-12.5", -7],
+                ["a=b", "email@example.com"]
+            ]
+        }));
+        let mut reader = csv::Reader::from_reader(rendered.bytes.as_slice());
+        assert_eq!(reader.headers().unwrap(), vec!["'=HEADER()", "plain"]);
+        let records: Vec<Vec<String>> = reader
+            .records()
+            .map(|r| r.unwrap().iter().map(str::to_string).collect())
+            .collect();
+        assert_eq!(
+            records,
+            vec![
+                vec!["'=HYPERLINK(\"http://evil.example\",\"x\")", "'+1+2"],
+                vec!["'-2+3", "'@SUM(A1:A2)"],
+                vec!["'\tcmd", "'\r=1"],
+                vec!["-12.5", "-7"],
+                vec!["a=b", "email@example.com"],
             ]
         );
     }
