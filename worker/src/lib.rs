@@ -4,6 +4,7 @@
 mod consumer;
 mod error;
 mod execute;
+mod knowledge;
 mod metrics;
 mod registry;
 mod tools;
@@ -48,22 +49,44 @@ pub(crate) struct WorkerContext {
     pub metrics: Arc<metrics::WorkerMetrics>,
 }
 
-/// Parses the configured tool names.
-pub fn parse_tools(names: &[String]) -> anyhow::Result<Vec<Tool>> {
+/// What a worker consumes: job queues of public tools and, when `knowledge`
+/// is named, the internal knowledge-file queue (not a [`Tool`]: no job type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queues {
+    pub tools: Vec<Tool>,
+    pub knowledge: bool,
+}
+
+/// Parses the configured tool names (`knowledge` included).
+pub fn parse_tools(names: &[String]) -> anyhow::Result<Queues> {
     if names.is_empty() {
         anyhow::bail!("no tools configured: pass --tools (e.g. --tools image)");
     }
-    names
-        .iter()
-        .map(|name| name.parse().map_err(|e| anyhow::anyhow!("--tools: {e}")))
-        .collect()
+    let mut queues = Queues {
+        tools: Vec::new(),
+        knowledge: false,
+    };
+    for name in names {
+        if name == unigen_shared::queue::KNOWLEDGE_QUEUE {
+            queues.knowledge = true;
+            continue;
+        }
+        let tool: Tool = name
+            .parse()
+            .map_err(|mut e: unigen_shared::domain::ParseEnumError| {
+                e.expected.push_str(", knowledge");
+                anyhow::anyhow!("--tools: {e}")
+            })?;
+        queues.tools.push(tool);
+    }
+    Ok(queues)
 }
 
 /// Runs consumers for the configured tools until `shutdown`; then stops
 /// taking work, lets running jobs finish within `worker.grace_seconds`, and
 /// hands back (requeues) whatever is still running.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let tools = parse_tools(&settings.worker.tools)?;
+    let Queues { tools, knowledge } = parse_tools(&settings.worker.tools)?;
     let pool = db::build_pool(&settings.database).context("building the database pool")?;
     let (notifier, notifier_task) = Notifier::spawn(
         pool.clone(),
@@ -105,7 +128,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         concurrency: settings.worker.concurrency,
         metrics: Arc::new(metrics::WorkerMetrics::new().context("registering metrics")?),
     });
-    tracing::info!(worker_id = %context.worker_id, tools = ?tools, concurrency = context.concurrency, "worker started");
+    tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
     // Bound to a name: the endpoint stops when `run` ends or is dropped.
     let _metrics_endpoint = unigen_shared::metrics::serve(
         &settings.worker.metrics_addr,
@@ -117,7 +140,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 
     let jobs = TaskTracker::new();
     let hard_stop = CancellationToken::new();
-    let consumers: Vec<_> = tools
+    let mut consumers: Vec<_> = tools
         .iter()
         .map(|&tool| {
             tokio::spawn(consumer::consume(
@@ -129,6 +152,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             ))
         })
         .collect();
+    if knowledge {
+        consumers.push(tokio::spawn(knowledge::consume(
+            context.clone(),
+            Arc::new(knowledge::KnowledgeWorker::new(&settings)),
+            shutdown.clone(),
+            hard_stop.clone(),
+            jobs.clone(),
+        )));
+    }
     for consumer in consumers {
         let _ = consumer.await;
     }
@@ -157,4 +189,37 @@ fn worker_id() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     format!("{host}-{}-{}", std::process::id(), &suffix[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knowledge_is_a_queue_a_worker_can_consume_but_not_a_tool() {
+        let names = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_tools(&names(&["image", "knowledge"])).unwrap(),
+            Queues {
+                tools: vec![Tool::Image],
+                knowledge: true
+            }
+        );
+        assert_eq!(
+            parse_tools(&names(&["knowledge"])).unwrap(),
+            Queues {
+                tools: vec![],
+                knowledge: true
+            }
+        );
+        let err = parse_tools(&names(&["image", "teleport"])).unwrap_err();
+        assert!(
+            err.to_string().ends_with("stt, knowledge"),
+            "the error lists knowledge: {err}"
+        );
+        assert!(
+            "knowledge".parse::<Tool>().is_err(),
+            "GET /jobs?tool= keeps the six tools"
+        );
+    }
 }

@@ -60,6 +60,22 @@ pub async fn extract_text_async(
     run_limited(format, limit, move || extract_text(format, &bytes)).await
 }
 
+/// [`extract_text_async`] that keeps `slot` (e.g. a semaphore permit) until
+/// the blocking extraction really ends: after a timeout the thread runs on,
+/// and a caller bounding concurrent extractions must keep counting it.
+pub async fn extract_text_async_holding<S: Send + 'static>(
+    format: KnowledgeFormat,
+    bytes: Vec<u8>,
+    limit: Duration,
+    slot: S,
+) -> Result<String, ExtractError> {
+    run_limited(format, limit, move || {
+        let _slot = slot;
+        extract_text(format, &bytes)
+    })
+    .await
+}
+
 async fn run_limited<F>(
     format: KnowledgeFormat,
     limit: Duration,

@@ -488,3 +488,132 @@ mod retry_tests {
         );
     }
 }
+
+#[derive(Deserialize)]
+struct EmbeddingList {
+    data: Vec<EmbeddingItem>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingItem {
+    index: usize,
+    embedding: Vec<f32>,
+}
+
+impl OpenAiClient {
+    /// `POST {base}/embeddings`: one float vector per input, in input order
+    /// (upstreams may answer out of order; `index` says which is which).
+    pub async fn embeddings(
+        &self,
+        model: &str,
+        inputs: &[String],
+    ) -> Result<Vec<Vec<f32>>, ProviderError> {
+        let body = serde_json::json!({
+            "model": model,
+            "input": inputs,
+            "encoding_format": "float",
+        });
+        let list = with_retries(|| async {
+            let response = self.post_json("embeddings", &body).await?;
+            read_json::<EmbeddingList>(response).await
+        })
+        .await?;
+        in_input_order(list, inputs.len())
+    }
+}
+
+fn in_input_order(list: EmbeddingList, inputs: usize) -> Result<Vec<Vec<f32>>, ProviderError> {
+    let malformed = || {
+        ProviderError::Permanent(format!(
+            "the upstream's answer does not hold one embedding per input ({} for {inputs})",
+            list.data.len()
+        ))
+    };
+    if list.data.len() != inputs {
+        return Err(malformed());
+    }
+    let mut vectors: Vec<Option<Vec<f32>>> = vec![None; inputs];
+    for item in &list.data {
+        match vectors.get_mut(item.index) {
+            Some(slot @ None) if !item.embedding.is_empty() => {
+                *slot = Some(item.embedding.clone());
+            }
+            _ => return Err(malformed()),
+        }
+    }
+    vectors
+        .into_iter()
+        .map(|v| v.ok_or_else(malformed))
+        .collect()
+}
+
+#[cfg(test)]
+mod embedding_tests {
+    use wiremock::matchers::{body_partial_json, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::*;
+
+    fn client(server: &MockServer) -> OpenAiClient {
+        OpenAiClient::new(&UpstreamSettings {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: "sk-test".into(),
+            timeout_seconds: 5,
+        })
+    }
+
+    #[tokio::test]
+    async fn embeddings_come_back_in_input_order() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/embeddings"))
+            .and(body_partial_json(
+                serde_json::json!({"model": "text-embed", "input": ["a", "b"]}),
+            ))
+            .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": 1, "embedding": [0.0, 1.0]},
+                    {"object": "embedding", "index": 0, "embedding": [1.0, 0.0]}
+                ]
+            })))
+            .mount(&server)
+            .await;
+        let vectors = client(&server)
+            .embeddings("text-embed", &["a".into(), "b".into()])
+            .await
+            .unwrap();
+        assert_eq!(vectors, vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
+    }
+
+    #[tokio::test]
+    async fn a_short_or_duplicated_answer_and_a_refusal_are_permanent_errors() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(serde_json::json!({"model": "dup"})))
+            .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]
+            })))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(serde_json::json!({"model": "nope"})))
+            .respond_with(ResponseTemplate::new(400).set_body_json(
+                serde_json::json!({"error": {"message": "model nope does not exist"}}),
+            ))
+            .mount(&server)
+            .await;
+        let client = client(&server);
+        let two = ["a".to_owned(), "b".to_owned()];
+        assert_eq!(
+            client.embeddings("dup", &two).await,
+            Err(ProviderError::Permanent(
+                "the upstream's answer does not hold one embedding per input (2 for 2)".into()
+            ))
+        );
+        assert_eq!(
+            client.embeddings("nope", &two).await,
+            Err(ProviderError::Permanent("model nope does not exist".into()))
+        );
+    }
+}

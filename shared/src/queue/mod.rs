@@ -20,6 +20,18 @@ pub struct JobMessage {
     pub attempt: i32,
 }
 
+/// The internal queue of knowledge-file processing: `jobs.knowledge`, routing
+/// key `knowledge`, declared with the tools' queues. Not a [`crate::domain::Tool`]:
+/// it is no public job type.
+pub const KNOWLEDGE_QUEUE: &str = "knowledge";
+
+/// The body of a knowledge-file message; the file row is the truth.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnowledgeMessage {
+    pub file_id: Uuid,
+    pub attempt: i32,
+}
+
 /// A connection attempt (TCP + AMQP handshake) that takes longer is abandoned
 /// and retried by the caller, instead of hanging on a stalled broker.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);

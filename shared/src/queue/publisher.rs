@@ -4,7 +4,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use tokio::sync::Mutex;
 
-use super::{JobMessage, Topology};
+use super::{JobMessage, KNOWLEDGE_QUEUE, KnowledgeMessage, Topology};
 use crate::domain::Tool;
 
 #[derive(Debug, thiserror::Error)]
@@ -109,14 +109,35 @@ impl Publisher {
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await?;
-        let tools: Vec<&str> = Tool::ALL.iter().map(|t| t.as_str()).collect();
-        self.topology.declare(&channel, &tools).await?;
+        let mut queues: Vec<&str> = Tool::ALL.iter().map(|t| t.as_str()).collect();
+        queues.push(KNOWLEDGE_QUEUE);
+        self.topology.declare(&channel, &queues).await?;
         Ok((connection, channel))
     }
 
     /// Publishes and waits for the broker's confirm, within the timeout.
     pub async fn publish(&self, message: &JobMessage) -> Result<(), PublishError> {
-        match tokio::time::timeout(self.timeout, self.publish_confirmed(message)).await {
+        let payload = serde_json::to_vec(message).expect("job message serializes");
+        self.publish_to(&message.tool, &message.job_id.to_string(), payload)
+            .await
+    }
+
+    /// Publishes a knowledge file's message to the `knowledge` queue, as
+    /// [`Publisher::publish`] does a job's.
+    pub async fn publish_knowledge(&self, message: &KnowledgeMessage) -> Result<(), PublishError> {
+        let payload = serde_json::to_vec(message).expect("knowledge message serializes");
+        self.publish_to(KNOWLEDGE_QUEUE, &message.file_id.to_string(), payload)
+            .await
+    }
+
+    async fn publish_to(
+        &self,
+        routing_key: &str,
+        message_id: &str,
+        payload: Vec<u8>,
+    ) -> Result<(), PublishError> {
+        let publish = self.publish_confirmed(routing_key, message_id, &payload);
+        match tokio::time::timeout(self.timeout, publish).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(err)) => {
                 self.reset().await;
@@ -132,22 +153,26 @@ impl Publisher {
         }
     }
 
-    async fn publish_confirmed(&self, message: &JobMessage) -> Result<(), PublishError> {
+    async fn publish_confirmed(
+        &self,
+        routing_key: &str,
+        message_id: &str,
+        payload: &[u8],
+    ) -> Result<(), PublishError> {
         let channel = self.ensure_connected().await?;
-        let payload = serde_json::to_vec(message).expect("job message serializes");
         let properties = BasicProperties::default()
             .with_delivery_mode(2)
             .with_content_type("application/json".into())
-            .with_message_id(message.job_id.to_string().into());
+            .with_message_id(message_id.into());
         let confirmation = channel
             .basic_publish(
                 self.topology.exchange().into(),
-                message.tool.clone().into(),
+                routing_key.into(),
                 BasicPublishOptions {
                     mandatory: true,
                     ..Default::default()
                 },
-                &payload,
+                payload,
                 properties,
             )
             .await?

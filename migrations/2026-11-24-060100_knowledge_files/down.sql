@@ -1,0 +1,2 @@
+DROP TABLE knowledge_chunks;
+DROP TABLE knowledge_files;
