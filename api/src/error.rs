@@ -4,9 +4,11 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use unigen_shared::agents::PlanRefusal;
+use unigen_shared::agents::run::StartError;
 use unigen_shared::billing::Refusal;
 use unigen_shared::db::DbError;
 use unigen_shared::jobs::{SubmitError, ValidationError};
+use unigen_shared::knowledge::upload::UploadRefusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -230,6 +232,29 @@ impl From<PlanRefusal> for ApiError {
             PlanRefusal::TooManyAgents { .. }
             | PlanRefusal::TooManyTools { .. }
             | PlanRefusal::TooManyIterations { .. } => ApiError::LimitReached(refusal.to_string()),
+        }
+    }
+}
+
+impl From<UploadRefusal> for ApiError {
+    fn from(refusal: UploadRefusal) -> Self {
+        match refusal {
+            UploadRefusal::NotOnPlan(_) => ApiError::NotOnPlan(refusal.to_string()),
+            UploadRefusal::TooManyFiles { .. } => ApiError::LimitReached(refusal.to_string()),
+            UploadRefusal::TooLarge { .. } => {
+                ValidationError::new("file", refusal.to_string()).into()
+            }
+        }
+    }
+}
+
+impl From<StartError> for ApiError {
+    fn from(err: StartError) -> Self {
+        match err {
+            StartError::Plan(refusal) => refusal.into(),
+            StartError::Refused(refusal) => ApiError::Quota(refusal),
+            StartError::Invalid(invalid) => ApiError::Validation(invalid),
+            StartError::Db(e) => e.into(),
         }
     }
 }

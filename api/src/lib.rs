@@ -20,9 +20,14 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use anyhow::Context;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use unigen_shared::agents::run::RunEnv;
+use unigen_shared::agents::tools::{ToolBox, ToolDeps};
 use unigen_shared::config::Settings;
 use unigen_shared::db;
 use unigen_shared::jobs::JobSubmitter;
+use unigen_shared::knowledge::retrieve::Embedder;
+use unigen_shared::llm::ChatModels;
 use unigen_shared::notify::{ListenerHub, Notifier};
 use unigen_shared::providers::Catalogue;
 use unigen_shared::queue::{Publisher, Topology};
@@ -82,40 +87,72 @@ pub async fn spawn(
         .mask_unmatched_patterns("UNMATCHED")
         .build()
         .map_err(|e| anyhow::anyhow!("building HTTP metrics: {e}"))?;
+    let catalogue = Arc::new(Catalogue::new(settings.models.clone()));
+    let store = build_store(&settings.storage);
+    let fetcher = unigen_shared::fetch::Fetcher::new(&settings.fetch);
+    let local = unigen_shared::providers::local::LocalProvider::new(&settings.local_provider);
+    let search = unigen_shared::search::SearchClient::from_settings(&settings.search)
+        .context("configuring web search")?;
+    let upstreams: Arc<std::collections::HashMap<_, _>> = Arc::new(
+        settings
+            .upstreams
+            .iter()
+            .map(|(name, upstream)| {
+                (
+                    name.clone(),
+                    unigen_shared::providers::openai::OpenAiClient::new(upstream),
+                )
+            })
+            .collect(),
+    );
+    let signer = UrlSigner::new(
+        &settings.storage.url_secret,
+        &settings.http.public_base_url,
+        Duration::from_secs(settings.storage.url_ttl_seconds),
+    );
+    let chat_models = ChatModels::with_clients(upstreams.clone(), local.clone());
+    let runs = RunEnv {
+        pool: pool.clone(),
+        notifier: notifier.clone(),
+        catalogue: catalogue.clone(),
+        chat: chat_models.clone(),
+        tools: ToolBox::new(ToolDeps {
+            pool: pool.clone(),
+            catalogue: catalogue.clone(),
+            chat: chat_models,
+            fetcher: fetcher.clone(),
+            search: search.clone(),
+            store: store.clone(),
+            signer: signer.clone(),
+            submitter: submitter.clone(),
+            hub: hub.clone(),
+            notifier: notifier.clone(),
+            image_wait: Duration::from_secs(settings.agents.image_wait_seconds),
+        }),
+        embedder: Embedder::new(&settings),
+        settings: settings.agents.clone(),
+        running: TaskTracker::new(),
+    };
+    let running_runs = runs.running.clone();
     let state = AppState {
         pool,
         submitter,
         publisher,
         hub,
         notifier,
-        catalogue: Arc::new(Catalogue::new(settings.models.clone())),
+        catalogue,
         legacy_models: Arc::new(settings.legacy_models.clone()),
-        store: build_store(&settings.storage),
-        fetcher: unigen_shared::fetch::Fetcher::new(&settings.fetch),
-        local: unigen_shared::providers::local::LocalProvider::new(&settings.local_provider),
-        search: unigen_shared::search::SearchClient::from_settings(&settings.search)
-            .context("configuring web search")?,
-        upstreams: Arc::new(
-            settings
-                .upstreams
-                .iter()
-                .map(|(name, upstream)| {
-                    (
-                        name.clone(),
-                        unigen_shared::providers::openai::OpenAiClient::new(upstream),
-                    )
-                })
-                .collect(),
-        ),
-        signer: UrlSigner::new(
-            &settings.storage.url_secret,
-            &settings.http.public_base_url,
-            Duration::from_secs(settings.storage.url_ttl_seconds),
-        ),
+        store,
+        fetcher,
+        local,
+        search,
+        upstreams,
+        signer,
         metrics,
         limits: Limits::from_settings(&settings),
         allow_private_webhooks: settings.webhooks.allow_private_addresses,
         started_at: chrono::Utc::now().timestamp(),
+        runs,
     };
     let openapi = openapi::document();
     let max_body = settings.http.max_body_bytes;
@@ -155,6 +192,7 @@ pub async fn spawn(
     .workers(settings.http.workers.max(1))
     .disable_signals()
     .shutdown_timeout(settings.http.shutdown_grace_seconds);
+    let grace = Duration::from_secs(settings.http.shutdown_grace_seconds);
     let server = server.listen(listener)?.run();
     let handle = server.handle();
     tracing::info!(%addr, "API listening");
@@ -166,6 +204,19 @@ pub async fn spawn(
         });
         let result = server.await.context("HTTP server failed");
         stopper.abort();
+        // Agent runs outlive their streams (a client may have gone): they
+        // get the same grace as in-flight requests, then are abandoned to
+        // the scheduler, which fails them.
+        running_runs.close();
+        if tokio::time::timeout(grace, running_runs.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = running_runs.len(),
+                "agent runs still running at shutdown"
+            );
+        }
         hub_task.abort();
         // The batchers flush what they hold and end once the server dropped
         // the last sender; give them a moment to do so.

@@ -39,6 +39,8 @@ pub struct AppState {
     pub allow_private_webhooks: bool,
     /// Unix time the process started: the `created` of configured models.
     pub started_at: i64,
+    /// What agent runs need (their tools, models, knowledge look-ups).
+    pub runs: unigen_shared::agents::run::RunEnv,
 }
 
 /// Wait limits from `[jobs]` and `[notify]`.

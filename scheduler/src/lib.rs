@@ -49,6 +49,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     // Shared by the tasks that count things (passed to their constructors).
     let metrics = Arc::new(metrics::SchedulerMetrics::new().context("registering metrics")?);
     let mut tasks: Vec<Box<dyn Task>> = vec![
+        Box::new(tasks::knowledge::KnowledgeFiles::new(
+            pool.clone(),
+            publisher.clone(),
+            settings.jobs.max_attempts,
+            Duration::from_secs(settings.knowledge.republish_after_seconds),
+        )),
         Box::new(tasks::relay::Relay::new(
             pool.clone(),
             publisher,
@@ -63,9 +69,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         )),
         Box::new(tasks::deadlines::Deadlines::new(
             pool.clone(),
-            notifier,
+            notifier.clone(),
             &settings.jobs,
             metrics.clone(),
+        )),
+        Box::new(tasks::agent_runs::AbandonedRuns::new(
+            pool.clone(),
+            notifier,
+            Duration::from_secs(settings.agents.max_run_seconds),
         )),
         Box::new(tasks::billing::Billing::new(pool.clone())),
     ];

@@ -202,6 +202,21 @@ pub fn usage_object(settled: &Settled) -> Value {
     usage
 }
 
+/// Credits of a completion: per 1,000 tokens at the model's prompt and
+/// completion prices, rounded up.
+pub fn chat_credits(
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    model: &crate::config::ModelEntry,
+) -> i64 {
+    let completion_price = model
+        .completion_credits_per_unit
+        .unwrap_or(model.credits_per_unit);
+    let cost = i64::from(prompt_tokens) * model.credits_per_unit
+        + i64::from(completion_tokens) * completion_price;
+    (cost + 999) / 1000
+}
+
 /// The endpoint a tool's jobs are created through, as usage records name it.
 pub fn endpoint_of_tool(tool: Tool) -> &'static str {
     match tool {

@@ -5,7 +5,7 @@ use chrono::Utc;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::db::models::{Event, Job, Plan};
+use crate::db::models::{AgentRun, Event, Job, Plan};
 use crate::storage::{UrlSigner, present_files};
 
 pub const GENERATION_STARTED: &str = "generation.started";
@@ -13,6 +13,9 @@ pub const GENERATION_COMPLETED: &str = "generation.completed";
 pub const GENERATION_FAILED: &str = "generation.failed";
 pub const SUBSCRIPTION_CREATED: &str = "subscription.created";
 pub const SUBSCRIPTION_UPDATED: &str = "subscription.updated";
+pub const AGENT_RUN_STARTED: &str = "agent.run.started";
+pub const AGENT_RUN_COMPLETED: &str = "agent.run.completed";
+pub const AGENT_RUN_FAILED: &str = "agent.run.failed";
 // `credits.low`, `credits.depleted` and `overage.soft_limit_reached` are
 // recorded by the settlement itself (`unigen_settle`, migration
 // 2026-11-22-090000_billing_functions), in the charge's transaction.
@@ -101,6 +104,45 @@ pub fn subscription(org_id: Uuid, plan: &Plan, kind: &str) -> Event {
             "status": "active",
         }),
     )
+}
+
+/// The fields every `agent.run.*` event carries: `runId`, `agentId`,
+/// `agentName`, `input`.
+fn agent_run_data(run: &AgentRun, agent_name: &str) -> Value {
+    json!({
+        "runId": run.id,
+        "agentId": run.agent_id,
+        "agentName": agent_name,
+        "input": run.input,
+    })
+}
+
+/// `agent.run.started`.
+pub fn agent_run_started(run: &AgentRun, agent_name: &str) -> Event {
+    event(
+        run.org_id,
+        AGENT_RUN_STARTED,
+        agent_run_data(run, agent_name),
+    )
+}
+
+/// `agent.run.completed`: the started fields plus `output`, `totalSteps`,
+/// `durationMs`, `unitsUsed` (one run) and `unitType` `agent_runs`.
+pub fn agent_run_completed(run: &AgentRun, agent_name: &str) -> Event {
+    let mut data = agent_run_data(run, agent_name);
+    data["output"] = json!(run.output);
+    data["totalSteps"] = json!(run.total_steps);
+    data["durationMs"] = json!(run.duration_ms);
+    data["unitsUsed"] = json!(1);
+    data["unitType"] = json!("agent_runs");
+    event(run.org_id, AGENT_RUN_COMPLETED, data)
+}
+
+/// `agent.run.failed`: the started fields plus `errorMessage`.
+pub fn agent_run_failed(run: &AgentRun, agent_name: &str) -> Event {
+    let mut data = agent_run_data(run, agent_name);
+    data["errorMessage"] = json!(run.error_message);
+    event(run.org_id, AGENT_RUN_FAILED, data)
 }
 
 /// What a finished job consumed, in its tool's unit.

@@ -195,6 +195,7 @@ impl TestApp {
         settings.worker.tools = unigen_shared::domain::Tool::ALL
             .iter()
             .map(|t| t.as_str().to_owned())
+            .chain([unigen_shared::queue::KNOWLEDGE_QUEUE.to_owned()])
             .collect();
         settings.worker.concurrency = 4;
         settings.worker.grace_seconds = 2;
@@ -202,6 +203,7 @@ impl TestApp {
         settings.scheduler.tick_ms = 100;
         settings.scheduler.metrics_addr = String::new();
         settings.scheduler.relay_after_seconds = 1;
+        settings.knowledge.republish_after_seconds = 1;
         settings.fetch.allow_private_addresses = true;
         // Webhook receivers in tests listen on loopback over plain http.
         settings.webhooks.allow_private_addresses = true;
@@ -596,4 +598,40 @@ pub async fn json_of(response: reqwest::Response) -> (u16, Value) {
         .with_context(|| format!("status {status}, body {text}"))
         .expect("JSON body");
     (status, body)
+}
+
+/// An `[upstreams.*]` entry for a fake OpenAI-compatible server at `url`.
+pub fn fake_upstream(url: &str) -> unigen_shared::config::UpstreamSettings {
+    serde_json::from_value(serde_json::json!({
+        "base_url": format!("{url}/v1"), "api_key": "sk-upstream-secret", "timeout_seconds": 10
+    }))
+    .expect("a valid upstream entry")
+}
+
+/// A standard-tier chat model `id` served by `upstream` (an `[upstreams.*]`
+/// name) as `gpt-upstream`, at 2 credits per 1,000 prompt tokens and 6 per
+/// 1,000 completion tokens.
+pub fn fake_chat_model(
+    id: &str,
+    upstream: &str,
+    fallbacks: Vec<String>,
+) -> unigen_shared::config::ModelEntry {
+    use unigen_shared::domain::{ModelCategory, ModelTier};
+    unigen_shared::config::ModelEntry {
+        id: id.into(),
+        category: ModelCategory::Chat,
+        tier: ModelTier::Standard,
+        adapter: "openai".into(),
+        owned_by: "acme".into(),
+        capabilities: vec!["chat".into()],
+        credits_per_unit: 2,
+        completion_credits_per_unit: Some(6),
+        max_duration_seconds: None,
+        languages: None,
+        vision: false,
+        default: false,
+        upstream: Some(upstream.into()),
+        upstream_model: Some("gpt-upstream".into()),
+        fallback_upstreams: fallbacks,
+    }
 }

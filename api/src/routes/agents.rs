@@ -243,7 +243,7 @@ pub async fn update_agent(
     }
 }
 
-/// Delete the organization's agent.
+/// Delete the organization's agent, with its runs and knowledge files.
 #[utoipa::path(
     tag = "agents",
     params(("id" = String, Path, description = "Agent id")),
@@ -264,11 +264,17 @@ pub async fn delete_agent(
     caller.require(Scope::Agents)?;
     let id = path_id(KIND, &path)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
-    if queries::agents::delete(&mut conn, caller.org_id, id).await? {
-        Ok(HttpResponse::NoContent().finish())
-    } else {
-        Err(not_found(KIND, &path))
+    let prefixes = queries::agents::delete(&mut conn, caller.org_id, id)
+        .await?
+        .ok_or_else(|| not_found(KIND, &path))?;
+    drop(conn);
+    // The rows are gone: a file left behind is only unreachable storage.
+    for prefix in prefixes {
+        if let Err(err) = state.store.delete_prefix(&prefix).await {
+            tracing::warn!(error = %err, %prefix, "removing a deleted agent's files failed");
+        }
     }
+    Ok(HttpResponse::NoContent().finish())
 }
 
 /// Copy an agent or a template into a new agent of the organization.

@@ -9,7 +9,7 @@ use actix_web::web::Bytes;
 use actix_web::{HttpResponse, post, web};
 use futures_util::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use unigen_shared::billing::{Bucket, Charge, Estimate, Refusal, Settled, to_milli};
+use unigen_shared::billing::{Bucket, Charge, Estimate, Refusal, Settled, chat_credits, to_milli};
 use unigen_shared::chat::{
     ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_prompt_tokens,
     count_tokens,
@@ -29,17 +29,6 @@ use crate::routes::params::{json_body, query_bool};
 use crate::state::AppState;
 
 const CHAT_ENDPOINT: &str = "/v1/chat/completions";
-
-/// Credits of a completion: per 1,000 tokens at the model's prompt and
-/// completion prices, rounded up.
-fn chat_credits(prompt_tokens: u32, completion_tokens: u32, model: &ModelEntry) -> i64 {
-    let completion_price = model
-        .completion_credits_per_unit
-        .unwrap_or(model.credits_per_unit);
-    let cost = i64::from(prompt_tokens) * model.credits_per_unit
-        + i64::from(completion_tokens) * completion_price;
-    (cost + 999) / 1000
-}
 
 /// The usage object: token counts, credits, and what the token quota has
 /// left (in tokens of this model's tier) after the charge.

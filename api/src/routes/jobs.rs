@@ -8,7 +8,7 @@ use unigen_shared::domain::{Scope, Tool};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::{not_found, path_id, query_bool};
+use crate::routes::params::{not_found, path_id, query_bool, query_limit};
 use crate::state::AppState;
 use crate::views::{CancelResponse, JobList, JobView};
 use crate::wait;
@@ -47,18 +47,7 @@ pub async fn list_jobs(
                 .map_err(|e| ApiError::BadRequest(format!("tool: {e}")))?,
         ),
     };
-    let limit = match query.get("limit") {
-        None => 20,
-        Some(raw) => raw
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=100).contains(n))
-            .ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "limit must be an integer from 1 to 100, got `{raw}`"
-                ))
-            })?,
-    };
+    let limit = query_limit(&query, 20, 100)?;
     let filter = JobFilter {
         tool,
         active_only: query_bool(&query, "pending", false)?,

@@ -1,5 +1,6 @@
 //! Route table: `/api/v1/...` (documented in OpenAPI), files, health, docs.
 
+mod agent_runs;
 mod agents;
 mod billing;
 mod chat;
@@ -10,6 +11,7 @@ mod generation;
 mod health;
 mod images;
 mod jobs;
+mod knowledge;
 mod legacy;
 mod models;
 mod music;
@@ -57,7 +59,14 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(agents::get_agent)
         .service(agents::update_agent)
         .service(agents::delete_agent)
-        .service(agents::duplicate_agent);
+        .service(agents::duplicate_agent)
+        .service(agent_runs::run_agent)
+        .service(agent_runs::list_runs)
+        .service(agent_runs::get_run)
+        .service(knowledge::upload_knowledge_file)
+        .service(knowledge::list_knowledge_files)
+        .service(knowledge::get_knowledge_file)
+        .service(knowledge::delete_knowledge_file);
 }
 
 /// Routes outside the versioned API.

@@ -43,6 +43,26 @@ pub fn query_bool(
     }
 }
 
+/// Query page size `limit`: an integer from 1 to `max`, absent = `default`.
+pub fn query_limit(
+    query: &HashMap<String, String>,
+    default: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
+    match query.get("limit") {
+        None => Ok(default),
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "limit must be an integer from 1 to {max}, got `{raw}`"
+                ))
+            }),
+    }
+}
+
 /// A range bound as written: an instant (it carried an offset), or a wall
 /// clock time to read in the request's time zone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

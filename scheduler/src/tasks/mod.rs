@@ -1,5 +1,7 @@
+pub mod agent_runs;
 pub mod billing;
 pub mod deadlines;
+pub mod knowledge;
 pub mod lease_rescue;
 pub mod relay;
 pub mod retention;

@@ -1,6 +1,9 @@
 //! Agents: their fields and limits, the tool ids and what a call costs, and
 //! the plan's agent limits. Validation here; SQL in `db::queries::agents`.
 
+pub mod run;
+pub mod tools;
+
 use serde::Deserialize;
 
 use crate::db::models::{AgentUpdate, NewAgent};
@@ -39,6 +42,11 @@ pub const TEMPLATE_CATEGORIES: [&str; 6] = [
     "support",
     "productivity",
 ];
+
+/// Where the files a run's tools make are stored (`<prefix>/<step>-<name>`).
+pub fn run_storage_prefix(run_id: uuid::Uuid) -> String {
+    format!("agent-runs/{run_id}")
+}
 
 /// Credits of one call of `tool`, `None` for an unknown tool.
 pub fn tool_cost(tool: &str) -> Option<i64> {

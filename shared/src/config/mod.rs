@@ -23,6 +23,10 @@ pub struct Settings {
     pub notify: NotifySettings,
     pub worker: WorkerSettings,
     pub scheduler: SchedulerSettings,
+    /// `[agents]`: agent runs.
+    pub agents: AgentSettings,
+    /// `[knowledge]`: processing of agents' knowledge files.
+    pub knowledge: KnowledgeSettings,
     /// `[webhooks]`: delivery of signed events (see `crate::webhooks`).
     #[serde(default)]
     pub webhooks: crate::webhooks::WebhookSettings,
@@ -195,6 +199,49 @@ fn default_scheduler_metrics_addr() -> String {
     "127.0.0.1:9102".into()
 }
 
+/// `[agents]`: `max_run_seconds`, `image_wait_seconds`,
+/// `knowledge_excerpts`, `memory_exchanges`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentSettings {
+    /// The longest a run may take; past it the run fails. The scheduler
+    /// fails runs left `running` this long (plus a margin) by an API process
+    /// that died.
+    pub max_run_seconds: u64,
+    /// How long `generate_image` waits for its image job.
+    pub image_wait_seconds: u64,
+    /// Knowledge-base excerpts put in a run's context.
+    pub knowledge_excerpts: usize,
+    /// Earlier exchanges of a session an agent with memory sees.
+    pub memory_exchanges: i64,
+}
+
+/// `[knowledge]`: `chunk_tokens`, `chunk_overlap_tokens`,
+/// `extract_timeout_seconds`, `concurrent_extractions`, `max_chunks_per_file`,
+/// `embed_batch`, `republish_after_seconds`, `retry_delay_seconds`.
+/// Leases and attempts follow `[jobs]` (`lease_seconds`, `max_attempts`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct KnowledgeSettings {
+    /// Largest chunk, in cl100k tokens.
+    pub chunk_tokens: u32,
+    /// Tokens of the previous chunk each chunk starts with.
+    pub chunk_overlap_tokens: u32,
+    /// Text extraction of one file; past it the file fails.
+    pub extract_timeout_seconds: u64,
+    /// Extractions at once per worker process (each holds a blocking thread,
+    /// also after its time limit, until the parser returns).
+    pub concurrent_extractions: usize,
+    /// A file whose text makes more chunks fails (bounds storage and search).
+    pub max_chunks_per_file: usize,
+    /// Texts per embedding call.
+    pub embed_batch: usize,
+    /// A file whose message the broker has not confirmed this long after
+    /// upload (or since it was handed back) is published by the scheduler.
+    pub republish_after_seconds: u64,
+    /// After a transient failure (an upstream down, storage unreadable) the
+    /// file is retried this long times the attempt number later.
+    pub retry_delay_seconds: u64,
+}
+
 /// `[local_provider]`: `latency_ms`, `failure_rate`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct LocalProviderSettings {
@@ -285,6 +332,25 @@ impl Settings {
         }
         if self.worker.concurrency == 0 {
             return bad("worker.concurrency must be at least 1".into());
+        }
+        if self.knowledge.chunk_tokens < 16 || self.knowledge.chunk_tokens > 8192 {
+            return bad("knowledge.chunk_tokens must be between 16 and 8192".into());
+        }
+        if self.knowledge.chunk_overlap_tokens >= self.knowledge.chunk_tokens / 2 {
+            return bad(
+                "knowledge.chunk_overlap_tokens must be less than half of chunk_tokens".into(),
+            );
+        }
+        if self.knowledge.concurrent_extractions == 0
+            || self.knowledge.embed_batch == 0
+            || self.knowledge.max_chunks_per_file == 0
+            || self.knowledge.extract_timeout_seconds == 0
+        {
+            return bad(
+                "knowledge.concurrent_extractions, embed_batch, max_chunks_per_file and \
+                 extract_timeout_seconds must be at least 1"
+                    .into(),
+            );
         }
         if self.jobs.max_attempts < 1 {
             return bad("jobs.max_attempts must be at least 1".into());

@@ -5,8 +5,9 @@ use diesel::prelude::*;
 use uuid::Uuid;
 
 use super::schema::{
-    agents, api_keys, billing_accounts, credit_transactions, events, jobs, organizations, plans,
-    quota_usage, usage_records, webhook_attempts, webhook_deliveries, webhooks,
+    agent_run_steps, agent_runs, agents, api_keys, billing_accounts, credit_transactions, events,
+    jobs, knowledge_chunks, knowledge_files, organizations, plans, quota_usage, usage_records,
+    webhook_attempts, webhook_deliveries, webhooks,
 };
 
 #[derive(Debug, Clone, Queryable, Selectable)]
@@ -281,6 +282,102 @@ pub struct AgentUpdate {
     pub max_iterations: Option<i32>,
     pub memory_enabled: Option<bool>,
     pub is_public: Option<bool>,
+}
+
+/// An agent run: written when it starts, completed or failed at its end.
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
+#[diesel(table_name = agent_runs)]
+pub struct AgentRun {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub agent_id: Uuid,
+    pub api_key_id: Option<Uuid>,
+    pub session_id: String,
+    pub status: String,
+    pub input: String,
+    pub output: Option<String>,
+    pub error_message: Option<String>,
+    pub total_steps: i32,
+    pub tokens_used: i64,
+    pub credits_used: i64,
+    pub duration_ms: Option<i64>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = agent_runs)]
+pub struct NewAgentRun<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub agent_id: Uuid,
+    pub api_key_id: Option<Uuid>,
+    pub session_id: &'a str,
+    pub input: &'a str,
+}
+
+/// One step of a run, in order (`step_number` from 1).
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
+#[diesel(table_name = agent_run_steps)]
+pub struct AgentRunStep {
+    pub run_id: Uuid,
+    pub step_number: i32,
+    pub step_type: String,
+    pub content: String,
+    pub tool_name: Option<String>,
+    pub tool_input: Option<serde_json::Value>,
+    pub tool_output: Option<serde_json::Value>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A knowledge file of an agent and its processing state.
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
+#[diesel(table_name = knowledge_files)]
+pub struct KnowledgeFile {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub agent_id: Uuid,
+    pub filename: String,
+    pub format: String,
+    pub size_bytes: i64,
+    pub storage_key: String,
+    pub status: String,
+    pub error_message: Option<String>,
+    pub chunk_count: i32,
+    pub attempt: i32,
+    pub worker_id: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// When the broker confirmed its message; `None`: the scheduler publishes it.
+    pub enqueued_at: Option<DateTime<Utc>>,
+    /// The catalogue model that embedded its chunks.
+    pub embedding_model: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub processed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = knowledge_files)]
+pub struct NewKnowledgeFile<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub agent_id: Uuid,
+    pub filename: &'a str,
+    pub format: &'a str,
+    pub size_bytes: i64,
+    pub storage_key: &'a str,
+}
+
+/// One chunk of a knowledge file with its embedding (a unit vector).
+#[derive(Debug, Clone, PartialEq, Insertable)]
+#[diesel(table_name = knowledge_chunks)]
+pub struct NewKnowledgeChunk {
+    pub file_id: Uuid,
+    pub chunk_index: i32,
+    pub agent_id: Uuid,
+    pub content: String,
+    pub token_count: i32,
+    pub embedding: Vec<f32>,
 }
 
 /// A webhook row. `secret` is the HMAC key; views show it only when issued.

@@ -255,6 +255,73 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    agent_runs (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        agent_id -> Uuid,
+        api_key_id -> Nullable<Uuid>,
+        session_id -> Text,
+        status -> Text,
+        input -> Text,
+        output -> Nullable<Text>,
+        error_message -> Nullable<Text>,
+        total_steps -> Int4,
+        tokens_used -> Int8,
+        credits_used -> Int8,
+        duration_ms -> Nullable<Int8>,
+        created_at -> Timestamptz,
+        completed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    agent_run_steps (run_id, step_number) {
+        run_id -> Uuid,
+        step_number -> Int4,
+        step_type -> Text,
+        content -> Text,
+        tool_name -> Nullable<Text>,
+        tool_input -> Nullable<Jsonb>,
+        tool_output -> Nullable<Jsonb>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    knowledge_files (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        agent_id -> Uuid,
+        filename -> Text,
+        format -> Text,
+        size_bytes -> Int8,
+        storage_key -> Text,
+        status -> Text,
+        error_message -> Nullable<Text>,
+        chunk_count -> Int4,
+        attempt -> Int4,
+        worker_id -> Nullable<Text>,
+        lease_expires_at -> Nullable<Timestamptz>,
+        enqueued_at -> Nullable<Timestamptz>,
+        embedding_model -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+        processed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    knowledge_chunks (file_id, chunk_index) {
+        file_id -> Uuid,
+        chunk_index -> Int4,
+        agent_id -> Uuid,
+        content -> Text,
+        token_count -> Int4,
+        embedding -> Array<Float4>,
+    }
+}
+
 diesel::joinable!(jobs -> api_keys (api_key_id));
 diesel::joinable!(billing_accounts -> organizations (org_id));
 diesel::joinable!(usage_records -> organizations (org_id));
@@ -263,8 +330,16 @@ diesel::joinable!(webhook_deliveries -> webhooks (webhook_id));
 diesel::joinable!(webhook_deliveries -> events (event_id));
 diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));
 diesel::joinable!(agents -> organizations (org_id));
+diesel::joinable!(agent_runs -> agents (agent_id));
+diesel::joinable!(agent_run_steps -> agent_runs (run_id));
+diesel::joinable!(knowledge_files -> agents (agent_id));
+diesel::joinable!(knowledge_chunks -> knowledge_files (file_id));
 diesel::allow_tables_to_appear_in_same_query!(
     agents,
+    agent_runs,
+    agent_run_steps,
+    knowledge_files,
+    knowledge_chunks,
     plans,
     organizations,
     api_keys,

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use unigen_shared::config::{ModelEntry, UpstreamSettings};
-use unigen_shared::domain::{ModelCategory, ModelTier};
+use unigen_shared::domain::ModelCategory;
 use unigen_tests::{TestApp, TestOptions, json_of};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -238,27 +238,11 @@ async fn embeddings_are_normalized_vectors_where_similar_texts_are_closer() {
 }
 
 fn upstream_model(id: &str, upstream: &str, fallbacks: Vec<String>) -> ModelEntry {
-    ModelEntry {
-        id: id.into(),
-        category: ModelCategory::Chat,
-        tier: ModelTier::Standard,
-        adapter: "openai".into(),
-        owned_by: "acme".into(),
-        capabilities: vec!["chat".into()],
-        credits_per_unit: 2,
-        completion_credits_per_unit: Some(6),
-        max_duration_seconds: None,
-        languages: None,
-        vision: false,
-        default: false,
-        upstream: Some(upstream.into()),
-        upstream_model: Some("gpt-upstream".into()),
-        fallback_upstreams: fallbacks,
-    }
+    unigen_tests::fake_chat_model(id, upstream, fallbacks)
 }
 
 fn upstream(url: &str) -> UpstreamSettings {
-    serde_json::from_value(json!({"base_url": format!("{url}/v1"), "api_key": "sk-upstream-secret", "timeout_seconds": 10})).unwrap()
+    unigen_tests::fake_upstream(url)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! End-to-end tests: api + worker + scheduler against real PostgreSQL and
 //! RabbitMQ. Each test gets its own database and queue prefix.
 
+mod agent_runs;
 mod agents;
 mod auth;
 mod chat;
@@ -8,6 +9,7 @@ mod events;
 mod faults;
 mod images;
 mod jobs;
+mod knowledge;
 mod legacy;
 mod limits;
 mod media;

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::agents::{AgentLimits, PlanRefusal};
 use crate::db::DbError;
 use crate::db::models::{Agent, AgentUpdate, NewAgent};
-use crate::db::schema::agents;
+use crate::db::schema::{agent_runs, agents, knowledge_files};
 
 #[derive(QueryableByName)]
 struct LimitsRow {
@@ -192,14 +192,43 @@ pub async fn update(
     .await
 }
 
-/// Deletes the organization's agent (templates and others' agents: false).
-pub async fn delete(conn: &mut AsyncPgConnection, org_id: Uuid, id: Uuid) -> Result<bool, DbError> {
-    let deleted = diesel::delete(
-        agents::table
-            .filter(agents::id.eq(id))
-            .filter(agents::org_id.eq(org_id)),
-    )
-    .execute(conn)
-    .await?;
-    Ok(deleted == 1)
+/// Deletes the organization's agent with its runs and knowledge files
+/// (templates and others' agents: `None`). Returns the storage prefixes of
+/// their files, for the caller to remove once this has committed.
+pub async fn delete(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<Option<Vec<String>>, DbError> {
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let files: Vec<Uuid> = knowledge_files::table
+            .filter(knowledge_files::agent_id.eq(id))
+            .filter(knowledge_files::org_id.eq(org_id))
+            .select(knowledge_files::id)
+            .load(conn)
+            .await?;
+        let runs: Vec<Uuid> = agent_runs::table
+            .filter(agent_runs::agent_id.eq(id))
+            .filter(agent_runs::org_id.eq(org_id))
+            .select(agent_runs::id)
+            .load(conn)
+            .await?;
+        let deleted = diesel::delete(
+            agents::table
+                .filter(agents::id.eq(id))
+                .filter(agents::org_id.eq(org_id)),
+        )
+        .execute(conn)
+        .await?;
+        if deleted == 0 {
+            return Ok(None);
+        }
+        let prefixes = files
+            .into_iter()
+            .map(|file| crate::knowledge::upload::storage_prefix(org_id, file))
+            .chain(runs.into_iter().map(crate::agents::run_storage_prefix))
+            .collect();
+        Ok(Some(prefixes))
+    })
+    .await
 }

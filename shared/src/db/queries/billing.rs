@@ -316,6 +316,38 @@ pub async fn reserve(
     })
 }
 
+/// Grows open reservation `id` by `credits` under the rules of [`reserve`]
+/// (an agent run reserves each turn and tool call before it happens).
+/// `Ok(Err(refusal))` changes nothing; a reservation that is gone (settled,
+/// released or expired) is refused as if the credits had run out.
+pub async fn reserve_more(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    credits: i64,
+) -> Result<Result<(), Refusal>, DbError> {
+    let reserved: Reserved =
+        diesel::sql_query("SELECT outcome, remaining, hard_limit FROM unigen_reserve_more($1, $2)")
+            .bind::<SqlUuid, _>(id)
+            .bind::<BigInt, _>(credits)
+            .get_result(conn)
+            .await?;
+    Ok(match reserved.outcome.as_str() {
+        "ok" => Ok(()),
+        "credits" | "missing" => Err(Refusal::Quota {
+            bucket: CREDITS.to_owned(),
+            remaining: reserved.remaining,
+        }),
+        "hard_limit" => Err(Refusal::HardLimit {
+            hard_limit: reserved.hard_limit.unwrap_or(0),
+        }),
+        other => {
+            return Err(DbError::Query(diesel::result::Error::DeserializationError(
+                format!("unigen_reserve_more answered `{other}`").into(),
+            )));
+        }
+    })
+}
+
 /// Creates the account or rolls its period over (the functions answer
 /// `setup` for both), in a transaction of its own unless one is open.
 async fn setup_account(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<(), DbError> {

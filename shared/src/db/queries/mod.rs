@@ -1,10 +1,12 @@
 //! All SQL, one module per aggregate.
 
+pub mod agent_runs;
 pub mod agents;
 pub mod billing;
 pub mod events;
 pub mod jobs;
 pub mod keys;
+pub mod knowledge;
 pub mod limits;
 pub mod orgs;
 pub mod usage;
