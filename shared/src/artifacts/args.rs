@@ -72,7 +72,7 @@ pub(super) fn number(value: &Value, path: &str) -> Result<f64, ArtifactError> {
 }
 
 /// Describes a JSON value's type for messages.
-pub(super) fn kind(value: &Value) -> &'static str {
+pub(crate) fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -7,7 +7,7 @@
 //! call, and a `render_*` function that is pure CPU work (callers run it in
 //! `spawn_blocking`). Nothing here touches storage or the database.
 
-mod args;
+pub(crate) mod args;
 pub mod chart;
 pub mod document;
 mod pdf;

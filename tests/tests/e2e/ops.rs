@@ -86,6 +86,12 @@ async fn the_openapi_document_describes_every_route_and_swagger_ui_works_offline
         ("/api/v1/agents", "get"),
         ("/api/v1/agents/{id}", "patch"),
         ("/api/v1/agents/{id}/duplicate", "post"),
+        ("/api/v1/agents/{id}/run", "post"),
+        ("/api/v1/agents/{id}/runs", "get"),
+        ("/api/v1/agents/{id}/runs/{run_id}", "get"),
+        ("/api/v1/agents/{id}/knowledge", "post"),
+        ("/api/v1/agents/{id}/knowledge", "get"),
+        ("/api/v1/agents/{id}/knowledge/{file_id}", "delete"),
     ] {
         let operation = &paths[path][method];
         assert!(operation.is_object(), "{method} {path} missing");
@@ -105,6 +111,8 @@ async fn the_openapi_document_describes_every_route_and_swagger_ui_works_offline
         "JobView",
         "ErrorBody",
         "AsyncJobCreated",
+        "RunRequest",
+        "RunEnvelope",
     ] {
         assert!(schemas.contains_key(schema), "schema {schema} missing");
     }

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::Failure;
+use crate::artifacts::args::kind;
 
 /// The key `llm` stores unparsable argument text under.
 const RAW_KEY: &str = "_raw";
@@ -80,17 +81,5 @@ impl<'a> Args<'a> {
                 "{name} must be an integer between {min} and {max}"
             ))),
         }
-    }
-}
-
-/// A JSON value's type for messages.
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
