@@ -60,13 +60,17 @@ pub struct Results {
     pub pipeline: Option<Throughput>,
 }
 
-struct Submitted {
-    ids: Vec<String>,
+pub(crate) struct Submitted {
+    pub ids: Vec<String>,
     latency: Histogram<u64>,
     errors: u64,
 }
 
-async fn submit_at_rate(api: &Api, rate: u32, duration: Duration) -> anyhow::Result<Submitted> {
+pub(crate) async fn submit_at_rate(
+    api: &Api,
+    rate: u32,
+    duration: Duration,
+) -> anyhow::Result<Submitted> {
     let client = jobs::client(rate as usize, Duration::from_secs(30))?;
     let ids = Arc::new(Mutex::new(Vec::new()));
     let body: Arc<[u8]> = jobs::image_body().into();

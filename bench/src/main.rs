@@ -9,6 +9,7 @@ mod load;
 mod long_poll;
 mod report;
 mod sync_overhead;
+mod webhook_latency;
 
 use clap::{Parser, Subcommand};
 
@@ -37,7 +38,9 @@ The job pipeline (plain scripts/dev-up; `unigen-bench <command> --help` for more
   unigen-bench sync-overhead --key sk_... --clients 20,100 --duration 10 --provider-latency-ms 200
   # ulimit -n 65536
   # UNIGEN__LOCAL_PROVIDER__LATENCY_MS=10000 UNIGEN__WORKER__CONCURRENCY=1000 scripts/dev-up
-  unigen-bench long-poll --key sk_... --waiters 1000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen";
+  unigen-bench long-poll --key sk_... --waiters 1000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen
+  # UNIGEN__WEBHOOKS__ALLOW_PRIVATE_ADDRESSES=true scripts/dev-up
+  unigen-bench webhook-latency --key sk_... --rate 100 --duration 10";
 
 #[derive(Parser)]
 #[command(name = "unigen-bench", version, about, after_help = WORKFLOW)]
@@ -64,6 +67,11 @@ enum Command {
         after_help = "Start the stack with slow jobs that all run at once, and enough open files:\n  ulimit -n 65536\n  UNIGEN__LOCAL_PROVIDER__LATENCY_MS=10000 UNIGEN__WORKER__CONCURRENCY=1000 scripts/dev-up\nthen (ulimit -n 65536 in this shell too):\n  unigen-bench long-poll --key sk_... --waiters 1000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen\nJobs must still be running when all polls are parked: raise the latency for more waiters.\nWake-up = completedAt (worker, PostgreSQL clock) -> poll answer received (this host's clock)."
     )]
     LongPoll(long_poll::Args),
+    /// Job completion -> first delivery attempt of its generation.completed webhook.
+    #[command(
+        after_help = "Start the stack allowing an http receiver on loopback:\n  UNIGEN__WEBHOOKS__ALLOW_PRIVATE_ADDRESSES=true scripts/dev-up\nthen: unigen-bench webhook-latency --key sk_... --rate 100 --duration 10\nThe benchmark serves the receiver (--receiver-port), registers it for generation.completed, and removes it at the end."
+    )]
+    WebhookLatency(webhook_latency::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,5 +81,6 @@ fn main() -> anyhow::Result<()> {
         Command::JobsThroughput(args) => jobs_throughput::run(args),
         Command::SyncOverhead(args) => sync_overhead::run(args),
         Command::LongPoll(args) => long_poll::run(args),
+        Command::WebhookLatency(args) => webhook_latency::run(args),
     }
 }
