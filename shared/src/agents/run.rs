@@ -334,14 +334,6 @@ pub async fn start(
         credits: RUN_BASE_CREDITS,
         bucket: Some((Bucket::AgentRuns, 1000)),
     };
-    queries::billing::reserve(
-        &mut conn,
-        caller.org_id,
-        run_id,
-        &estimate,
-        Some(expires_at),
-    )
-    .await??;
     let new = NewAgentRun {
         id: run_id,
         org_id: caller.org_id,
@@ -351,22 +343,18 @@ pub async fn start(
         input: &request.input,
     };
     let agent_name = agent.name.clone();
-    let recorded = conn
-        .transaction::<_, DbError, _>(async |conn| {
+    // The run, its event and its reservation commit together: a refusal
+    // writes nothing. The reservation goes last: it locks the billing row,
+    // then held only until the commit.
+    let run = conn
+        .transaction::<_, StartError, _>(async |conn| {
             let run = agent_runs::insert(conn, &new).await?;
             queries::events::insert(conn, &events::agent_run_started(&run, &agent_name)).await?;
+            queries::billing::reserve(conn, caller.org_id, run_id, &estimate, Some(expires_at))
+                .await??;
             Ok(run)
         })
-        .await;
-    let run = match recorded {
-        Ok(run) => run,
-        Err(err) => {
-            if let Err(release) = queries::billing::release(&mut conn, run_id, None).await {
-                tracing::warn!(error = %release, "releasing a run's reservation failed; it expires");
-            }
-            return Err(err.into());
-        }
-    };
+        .await?;
     drop(conn);
     env.notifier.events_recorded();
 
