@@ -87,6 +87,13 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             Duration::from_secs(settings.jobs.retention_seconds),
         )));
     }
+    if settings.agents.run_retention_seconds > 0 {
+        tasks.push(Box::new(tasks::retention::RunRetention::new(
+            pool.clone(),
+            unigen_shared::storage::build_store(&settings.storage),
+            Duration::from_secs(settings.agents.run_retention_seconds),
+        )));
+    }
     if settings.webhooks.event_retention_seconds > 0 {
         tasks.push(Box::new(tasks::retention::EventRetention::new(
             pool.clone(),

@@ -4,6 +4,9 @@
 //! the rows: if the process dies half-way, the rows are still there and the
 //! next round deletes what is left, so no file is orphaned.
 //!
+//! Finished agent runs, with their steps and files, go
+//! `agents.run_retention_seconds` after they ended.
+//!
 //! Events (the webhook outbox) and their delivery history go
 //! `webhooks.event_retention_seconds` after they were recorded, unless a
 //! delivery is still pending.
@@ -13,6 +16,7 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
+use unigen_shared::agents::run_storage_prefix;
 use unigen_shared::db::{PgPool, queries};
 use unigen_shared::storage::{FileStore, stored_files};
 
@@ -78,6 +82,57 @@ impl Retention {
 impl Task for Retention {
     fn name(&self) -> &'static str {
         "retention"
+    }
+
+    fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {
+        Box::pin(self.round())
+    }
+}
+
+/// Finished agent runs go `agents.run_retention_seconds` after they ended,
+/// with their steps and the files their tools made (files first, as for jobs).
+pub struct RunRetention {
+    pool: PgPool,
+    store: Arc<dyn FileStore>,
+    retention: Duration,
+}
+
+impl RunRetention {
+    pub fn new(pool: PgPool, store: Arc<dyn FileStore>, retention: Duration) -> Self {
+        Self {
+            pool,
+            store,
+            retention,
+        }
+    }
+
+    async fn round(&self) -> anyhow::Result<Activity> {
+        let mut pooled = self.pool.get().await?;
+        let conn: &mut AsyncPgConnection = &mut pooled;
+        let deleted = conn
+            .transaction::<_, anyhow::Error, _>(async |conn| {
+                let expired =
+                    queries::agent_runs::lock_expired(conn, self.retention, BATCH).await?;
+                for &run in &expired {
+                    self.store.delete_prefix(&run_storage_prefix(run)).await?;
+                }
+                Ok(queries::agent_runs::delete(conn, &expired).await?)
+            })
+            .await?;
+        if deleted > 0 {
+            tracing::info!(runs = deleted, "expired agent runs deleted");
+        }
+        Ok(if deleted as i64 == BATCH {
+            Activity::Busy
+        } else {
+            Activity::Idle
+        })
+    }
+}
+
+impl Task for RunRetention {
+    fn name(&self) -> &'static str {
+        "run_retention"
     }
 
     fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {

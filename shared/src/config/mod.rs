@@ -200,7 +200,7 @@ fn default_scheduler_metrics_addr() -> String {
 }
 
 /// `[agents]`: `max_run_seconds`, `image_wait_seconds`,
-/// `knowledge_excerpts`, `memory_exchanges`.
+/// `knowledge_excerpts`, `memory_exchanges`, `run_retention_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct AgentSettings {
     /// The longest a run may take; past it the run fails. The scheduler
@@ -213,6 +213,9 @@ pub struct AgentSettings {
     pub knowledge_excerpts: usize,
     /// Earlier exchanges of a session an agent with memory sees.
     pub memory_exchanges: i64,
+    /// Finished runs, their steps and their files are deleted this long
+    /// after they ended; 0 keeps them.
+    pub run_retention_seconds: u64,
 }
 
 /// `[knowledge]`: `chunk_tokens`, `chunk_overlap_tokens`,

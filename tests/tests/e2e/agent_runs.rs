@@ -937,3 +937,73 @@ async fn a_run_cites_the_agents_knowledge_and_deleting_the_agent_removes_its_fil
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_runs_and_their_files_are_deleted_after_the_retention_time() {
+    let app = TestApp::spawn_with(
+        TestOptions::default()
+            .without_worker()
+            .configure(|s| s.agents.run_retention_seconds = 2),
+    )
+    .await;
+    let agent = create_agent(
+        &app,
+        &app.key,
+        json!({"name": "Charter", "system_prompt": "x", "tools": ["generate_chart"]}),
+    )
+    .await;
+    let chart =
+        json!({"kind": "line", "labels": ["a", "b"], "series": [{"name": "s", "values": [1, 2]}]});
+    let (status, events) = run(
+        &app,
+        &app.key,
+        &agent,
+        json!({"input": format!("Draw\n@tool generate_chart {chart}")}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let run_id = events[0]["run_id"].as_str().unwrap().to_owned();
+    let chart_url = steps_of(&events, "tool_result")[0]["tool_output"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(app.download(&chart_url).await.status(), 200);
+    // A run still going is never deleted, however old.
+    app.sql(&format!(
+        "INSERT INTO agent_runs (id, org_id, agent_id, session_id, input) \
+         VALUES ('00000000-0000-7000-8000-00000000ab02', '{}', '{agent}', 's', 'ongoing')",
+        app.org_id
+    ))
+    .await;
+
+    let mut status = 200;
+    for _ in 0..100 {
+        let response = app
+            .get(&format!("/api/v1/agents/{agent}/runs/{run_id}"), &app.key)
+            .await;
+        status = response.status().as_u16();
+        if status == 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 404, "the finished run is gone");
+    assert_eq!(
+        app.download(&chart_url).await.status(),
+        404,
+        "with its files"
+    );
+    assert_eq!(
+        app.db
+            .scalar_i64(&format!(
+                "SELECT count(*) FROM agent_run_steps WHERE run_id = '{run_id}'"
+            ))
+            .await,
+        0
+    );
+    assert_eq!(
+        app.db.scalar_i64("SELECT count(*) FROM agent_runs").await,
+        1,
+        "the running one stays"
+    );
+}

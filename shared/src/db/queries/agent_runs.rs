@@ -156,6 +156,41 @@ pub async fn session_history(
         .collect())
 }
 
+/// Runs that ended more than `retention` ago, oldest first, locked for this
+/// transaction (concurrent schedulers take disjoint batches).
+pub async fn lock_expired(
+    conn: &mut AsyncPgConnection,
+    retention: std::time::Duration,
+    limit: i64,
+) -> Result<Vec<Uuid>, DbError> {
+    use diesel::sql_types::{BigInt, Uuid as SqlUuid};
+    #[derive(QueryableByName)]
+    struct Expired {
+        #[diesel(sql_type = SqlUuid)]
+        id: Uuid,
+    }
+    let expired: Vec<Expired> = diesel::sql_query(
+        "SELECT id FROM agent_runs \
+          WHERE status IN ('completed', 'failed') \
+            AND completed_at < now() - make_interval(secs => $1) \
+          ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind::<BigInt, _>(retention.as_secs() as i64)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    Ok(expired.into_iter().map(|run| run.id).collect())
+}
+
+/// Deletes runs with their steps.
+pub async fn delete(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    Ok(
+        diesel::delete(agent_runs::table.filter(agent_runs::id.eq_any(ids)))
+            .execute(conn)
+            .await?,
+    )
+}
+
 /// Fails runs still `running` that started before `started_before` (their
 /// API process died), returning them for their `agent.run.failed` events.
 /// At most `limit` per call; safe with several schedulers.
