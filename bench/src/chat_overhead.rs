@@ -172,21 +172,16 @@ async fn measure(args: &Args) -> anyhow::Result<Vec<RateResult>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(measure(&args))?;
+    let results = report::block_on(measure(&args))??;
     print!("{}", report::table(&results));
-    if let Some(path) = &args.json {
-        let report = json!({
+    report::write_json(
+        args.json.as_deref(),
+        &json!({
             "benchmark": "chat-overhead",
             "api": args.api, "upstream": args.upstream,
             "model": args.model, "upstream_model": args.upstream_model,
             "duration_seconds": args.duration, "warmup_seconds": args.warmup,
             "results": results,
-        });
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+        }),
+    )
 }

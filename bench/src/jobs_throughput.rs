@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use futures_util::StreamExt;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -18,6 +17,7 @@ use serde_json::json;
 
 use crate::jobs::{self, Api, JobTimes, Throughput, ms};
 use crate::load::{self, Schedule, histogram};
+use crate::report;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -231,18 +231,13 @@ pub fn table(r: &Results) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(measure(&args))?;
+    let results = report::block_on(measure(&args))??;
     print!("{}", table(&results));
-    if let Some(path) = &args.json {
-        let report = json!({
+    report::write_json(
+        args.json.as_deref(),
+        &json!({
             "benchmark": "jobs-throughput", "api": args.api,
             "duration_seconds": args.duration, "results": results,
-        });
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+        }),
+    )
 }

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use serde::Serialize;
@@ -20,6 +20,7 @@ use serde_json::json;
 
 use crate::jobs::{self, Api, is_terminal, micros_between, ms, timestamp};
 use crate::load::histogram;
+use crate::report;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -213,17 +214,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.waiters == 0 {
         bail!("--waiters must be at least 1");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(measure(&args))?;
+    let results = report::block_on(measure(&args))??;
     print!("{}", table(&results));
-    if let Some(path) = &args.json {
-        let report = json!({ "benchmark": "long-poll", "api": args.api, "results": results });
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    report::write_json(
+        args.json.as_deref(),
+        &json!({ "benchmark": "long-poll", "api": args.api, "results": results }),
+    )
 }
 
 #[cfg(test)]

@@ -105,6 +105,27 @@ pub fn table(results: &[RateResult]) -> String {
     out
 }
 
+/// Runs a scenario's measurement on a multi-thread runtime of its own.
+pub fn block_on<F: std::future::Future>(measure: F) -> anyhow::Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(measure))
+}
+
+/// Writes `report` as pretty JSON to `path`, when one was given (`--json`).
+pub fn write_json(
+    path: Option<&std::path::Path>,
+    report: &serde_json::Value,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if let Some(path) = path {
+        std::fs::write(path, serde_json::to_vec_pretty(report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

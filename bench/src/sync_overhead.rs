@@ -16,6 +16,7 @@ use serde_json::json;
 
 use crate::jobs::{self, Api, ms};
 use crate::load::histogram;
+use crate::report;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -196,22 +197,17 @@ pub fn table(results: &[PassResult], provider_ms: u64) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(measure(&args))?;
+    let results = report::block_on(measure(&args))??;
     print!("{}", table(&results, args.provider_latency_ms));
-    if let Some(path) = &args.json {
-        let report = json!({
+    report::write_json(
+        args.json.as_deref(),
+        &json!({
             "benchmark": "sync-overhead", "api": args.api,
             "provider_latency_ms": args.provider_latency_ms,
             "duration_seconds": args.duration, "warmup_seconds": args.warmup,
             "results": results,
-        });
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+        }),
+    )
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use crate::jobs::{self, Api, micros_between, ms};
 use crate::jobs_throughput::submit_at_rate;
 use crate::load::histogram;
+use crate::report;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -206,18 +207,13 @@ pub fn table(r: &Results) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let results = runtime.block_on(measure(&args))?;
+    let results = report::block_on(measure(&args))??;
     print!("{}", table(&results));
-    if let Some(path) = &args.json {
-        let report = json!({
+    report::write_json(
+        args.json.as_deref(),
+        &json!({
             "benchmark": "webhook-latency", "api": args.api,
             "duration_seconds": args.duration, "results": results,
-        });
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+        }),
+    )
 }
