@@ -1,4 +1,5 @@
-//! One consumer per tool queue: prefetch = concurrency, claim, ack, run.
+//! One consumer per queue (prefetch = concurrency, reconnects), and the job
+//! queues' handler: claim, ack, run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,22 +21,28 @@ use unigen_shared::queue::JobMessage;
 use crate::WorkerContext;
 use crate::execute::run_claimed;
 
-/// Consumes `tool`'s queue until `shutdown`, reconnecting with backoff.
-pub async fn consume(
+/// Consumes `queue` (a tool's, or `knowledge`) until `shutdown`,
+/// reconnecting with backoff. Each delivery waits for one of the worker's
+/// `concurrency` slots, then `handle` owns it (ack or nack included).
+pub(crate) async fn consume<H, Fut>(
     context: Arc<WorkerContext>,
-    tool: Tool,
+    queue: &'static str,
     shutdown: CancellationToken,
-    hard_stop: CancellationToken,
-    jobs: TaskTracker,
-) {
+    running: TaskTracker,
+    handle: H,
+) where
+    H: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let handle = Arc::new(handle);
     let permits = Arc::new(Semaphore::new(context.concurrency));
     let mut backoff = reconnect_backoff();
     while !shutdown.is_cancelled() {
-        match session(&context, tool, &shutdown, &hard_stop, &jobs, &permits).await {
+        match session(&context, queue, &shutdown, &running, &permits, &handle).await {
             Ok(()) => return,
             Err(err) => {
                 let delay = backoff.next().unwrap_or(Duration::from_secs(5));
-                tracing::warn!(%tool, error = %err, retry_in_ms = delay.as_millis() as u64, "consumer disconnected");
+                tracing::warn!(queue, error = %err, retry_in_ms = delay.as_millis() as u64, "consumer disconnected");
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(delay) => {}
@@ -57,30 +64,34 @@ fn reconnect_backoff() -> impl Iterator<Item = Duration> {
         .build()
 }
 
-async fn session(
-    context: &Arc<WorkerContext>,
-    tool: Tool,
+async fn session<H, Fut>(
+    context: &WorkerContext,
+    queue: &'static str,
     shutdown: &CancellationToken,
-    hard_stop: &CancellationToken,
-    jobs: &TaskTracker,
+    running: &TaskTracker,
     permits: &Arc<Semaphore>,
-) -> anyhow::Result<()> {
+    handle: &Arc<H>,
+) -> anyhow::Result<()>
+where
+    H: Fn(Delivery) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let channel = context.amqp.channel().await?;
     let prefetch = u16::try_from(context.concurrency).unwrap_or(u16::MAX);
     channel
         .basic_qos(prefetch, BasicQosOptions::default())
         .await?;
-    context.topology.declare(&channel, &[tool.as_str()]).await?;
-    let tag = format!("{}-{tool}", context.worker_id);
+    context.topology.declare(&channel, &[queue]).await?;
+    let tag = format!("{}-{queue}", context.worker_id);
     let mut deliveries = channel
         .basic_consume(
-            context.topology.queue(tool.as_str()).into(),
+            context.topology.queue(queue).into(),
             tag.clone().into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
         .await?;
-    tracing::info!(%tool, prefetch, "consuming");
+    tracing::info!(queue, prefetch, "consuming");
     loop {
         tokio::select! {
             () = shutdown.cancelled() => {
@@ -91,10 +102,14 @@ async fn session(
             }
             delivery = deliveries.next() => match delivery {
                 Some(Ok(delivery)) => {
-                    let context = context.clone();
-                    let (shutdown, hard_stop, permits) = (shutdown.clone(), hard_stop.clone(), permits.clone());
-                    jobs.spawn(async move {
-                        handle_delivery(&context, tool, delivery, &permits, &shutdown, hard_stop).await;
+                    let (permits, shutdown, handle) = (permits.clone(), shutdown.clone(), handle.clone());
+                    running.spawn(async move {
+                        let _permit = tokio::select! {
+                            permit = permits.acquire_owned() => permit.expect("semaphore never closed"),
+                            // Not started: the channel close requeues the message.
+                            () = shutdown.cancelled() => return,
+                        };
+                        handle(delivery).await;
                     });
                 }
                 Some(Err(err)) => return Err(err.into()),
@@ -104,19 +119,13 @@ async fn session(
     }
 }
 
-async fn handle_delivery(
+/// A job queue's message: claim the job, ack, run it.
+pub(crate) async fn handle_job_delivery(
     context: &WorkerContext,
     tool: Tool,
     delivery: Delivery,
-    permits: &Arc<Semaphore>,
-    shutdown: &CancellationToken,
     hard_stop: CancellationToken,
 ) {
-    let _permit = tokio::select! {
-        permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
-        // Not started: the channel close requeues the message.
-        () = shutdown.cancelled() => return,
-    };
     let message = match serde_json::from_slice::<JobMessage>(&delivery.data) {
         Ok(message) if message.tool == tool.as_str() => message,
         _ => {

@@ -8,14 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
-use futures_util::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
-use lapin::types::FieldTable;
+use lapin::options::{BasicAckOptions, BasicNackOptions};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use unigen_shared::config::Settings;
 use unigen_shared::db::models::{KnowledgeFile, NewKnowledgeChunk};
@@ -23,7 +19,7 @@ use unigen_shared::db::{DbError, queries};
 use unigen_shared::knowledge::KnowledgeFormat;
 use unigen_shared::knowledge::process::{EmbeddedChunk, ProcessOptions, process_file};
 use unigen_shared::knowledge::retrieve::Embedder;
-use unigen_shared::queue::{KNOWLEDGE_QUEUE, KnowledgeMessage};
+use unigen_shared::queue::KnowledgeMessage;
 
 use crate::WorkerContext;
 
@@ -49,104 +45,8 @@ impl KnowledgeWorker {
 }
 
 /// Consumes the `knowledge` queue until `shutdown`, reconnecting with backoff.
-pub(crate) async fn consume(
-    context: Arc<WorkerContext>,
-    worker: Arc<KnowledgeWorker>,
-    shutdown: CancellationToken,
-    hard_stop: CancellationToken,
-    running: TaskTracker,
-) {
-    let permits = Arc::new(Semaphore::new(context.concurrency));
-    let mut backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_millis(2_500))
-        .with_jitter()
-        .without_max_times()
-        .build();
-    let session = Session {
-        context: &context,
-        worker: &worker,
-        shutdown: &shutdown,
-        hard_stop: &hard_stop,
-        running: &running,
-        permits: &permits,
-    };
-    while !shutdown.is_cancelled() {
-        match session.run().await {
-            Ok(()) => return,
-            Err(err) => {
-                let delay = backoff.next().unwrap_or(Duration::from_secs(5));
-                tracing::warn!(queue = KNOWLEDGE_QUEUE, error = %err, retry_in_ms = delay.as_millis() as u64, "consumer disconnected");
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                }
-            }
-        }
-    }
-}
-
-struct Session<'a> {
-    context: &'a Arc<WorkerContext>,
-    worker: &'a Arc<KnowledgeWorker>,
-    shutdown: &'a CancellationToken,
-    hard_stop: &'a CancellationToken,
-    running: &'a TaskTracker,
-    permits: &'a Arc<Semaphore>,
-}
-
-impl Session<'_> {
-    async fn run(&self) -> anyhow::Result<()> {
-        let context = self.context;
-        let channel = context.amqp.channel().await?;
-        let prefetch = u16::try_from(context.concurrency).unwrap_or(u16::MAX);
-        channel
-            .basic_qos(prefetch, BasicQosOptions::default())
-            .await?;
-        context
-            .topology
-            .declare(&channel, &[KNOWLEDGE_QUEUE])
-            .await?;
-        let tag = format!("{}-{KNOWLEDGE_QUEUE}", context.worker_id);
-        let mut deliveries = channel
-            .basic_consume(
-                context.topology.queue(KNOWLEDGE_QUEUE).into(),
-                tag.into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
-        tracing::info!(queue = KNOWLEDGE_QUEUE, prefetch, "consuming");
-        loop {
-            tokio::select! {
-                () = self.shutdown.cancelled() => {
-                    // Unacknowledged messages (waiting for a permit) go back to the queue.
-                    let _ = channel.close(200, "worker stopping".into()).await;
-                    return Ok(());
-                }
-                delivery = deliveries.next() => match delivery {
-                    Some(Ok(delivery)) => {
-                        let (context, worker) = (self.context.clone(), self.worker.clone());
-                        let (permits, shutdown, hard_stop) =
-                            (self.permits.clone(), self.shutdown.clone(), self.hard_stop.clone());
-                        self.running.spawn(async move {
-                            let _permit = tokio::select! {
-                                permit = permits.acquire_owned() => permit.expect("semaphore never closed"),
-                                // Not started: the channel close requeues the message.
-                                () = shutdown.cancelled() => return,
-                            };
-                            handle_delivery(&context, &worker, delivery, hard_stop).await;
-                        });
-                    }
-                    Some(Err(err)) => return Err(err.into()),
-                    None => anyhow::bail!("the broker closed the consumer"),
-                },
-            }
-        }
-    }
-}
-
-async fn handle_delivery(
+/// A knowledge message: claim the file, ack, process it.
+pub(crate) async fn handle_delivery(
     context: &WorkerContext,
     worker: &KnowledgeWorker,
     delivery: Delivery,

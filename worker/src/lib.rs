@@ -143,22 +143,36 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let mut consumers: Vec<_> = tools
         .iter()
         .map(|&tool| {
+            let (handler_context, hard_stop) = (context.clone(), hard_stop.clone());
             tokio::spawn(consumer::consume(
                 context.clone(),
-                tool,
+                tool.as_str(),
                 shutdown.clone(),
-                hard_stop.clone(),
                 jobs.clone(),
+                move |delivery| {
+                    let (context, hard_stop) = (handler_context.clone(), hard_stop.clone());
+                    async move {
+                        consumer::handle_job_delivery(&context, tool, delivery, hard_stop).await;
+                    }
+                },
             ))
         })
         .collect();
     if knowledge {
-        consumers.push(tokio::spawn(knowledge::consume(
+        let worker = Arc::new(knowledge::KnowledgeWorker::new(&settings));
+        let (handler_context, hard_stop) = (context.clone(), hard_stop.clone());
+        consumers.push(tokio::spawn(consumer::consume(
             context.clone(),
-            Arc::new(knowledge::KnowledgeWorker::new(&settings)),
+            unigen_shared::queue::KNOWLEDGE_QUEUE,
             shutdown.clone(),
-            hard_stop.clone(),
             jobs.clone(),
+            move |delivery| {
+                let (context, worker, hard_stop) =
+                    (handler_context.clone(), worker.clone(), hard_stop.clone());
+                async move {
+                    knowledge::handle_delivery(&context, &worker, delivery, hard_stop).await;
+                }
+            },
         )));
     }
     for consumer in consumers {
