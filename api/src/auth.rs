@@ -74,14 +74,22 @@ impl FromRequest for Caller {
                 .filter(|t| looks_like_key(t))
                 .ok_or(ApiError::InvalidKey)?;
             let hash = hash_key(&token);
-            let mut conn = state
-                .pool
-                .get()
-                .await
-                .map_err(unigen_shared::db::DbError::from)?;
-            let row = queries::keys::find_for_auth(&mut conn, &hash)
-                .await?
-                .ok_or(ApiError::InvalidKey)?;
+            let row = match state.keys.get(&hash) {
+                Some(row) => row,
+                None => {
+                    let ticket = state.keys.ticket();
+                    let mut conn = state
+                        .pool
+                        .get()
+                        .await
+                        .map_err(unigen_shared::db::DbError::from)?;
+                    let row = queries::keys::find_for_auth(&mut conn, &hash)
+                        .await?
+                        .ok_or(ApiError::InvalidKey)?;
+                    state.keys.put(hash, row.clone(), ticket);
+                    row
+                }
+            };
             if row.revoked_at.is_some() {
                 return Err(ApiError::InvalidKey);
             }
@@ -94,9 +102,10 @@ impl FromRequest for Caller {
             // Unknown names (a scope removed in a later version) grant nothing.
             let scopes = row.scopes.iter().filter_map(|s| s.parse().ok()).collect();
             // Every authenticated request counts against the key's rate.
-            if let Some(wait) =
-                queries::limits::take_rate_token(&mut conn, row.key_id, row.rate_limit_per_minute)
-                    .await?
+            if let Some(wait) = state
+                .rate
+                .admit(&state.pool, row.key_id, row.rate_limit_per_minute)
+                .await?
             {
                 return Err(ApiError::RateLimited {
                     message: "Too many requests: the plan's rate limit was reached",

@@ -4,9 +4,12 @@
 mod auth;
 pub mod cli;
 mod error;
+mod job_reads;
+mod key_cache;
 mod metering;
 mod metrics;
 mod openapi;
+mod rate_limit;
 mod routes;
 mod state;
 mod views;
@@ -81,6 +84,11 @@ pub async fn spawn(
         settings.notify.channel.clone(),
         shutdown.clone(),
     );
+    let (job_reads, job_reads_task) = job_reads::JobReader::spawn(pool.clone());
+    let (keys, keys_task) = key_cache::KeyCache::spawn(
+        Duration::from_secs(settings.http.key_cache_seconds),
+        hub.clone(),
+    );
     let metrics = Arc::new(metrics::Metrics::new()?);
     let http_metrics = actix_web_prom::PrometheusMetricsBuilder::new("unigen_http")
         .registry(metrics.registry.clone())
@@ -139,6 +147,9 @@ pub async fn spawn(
         submitter,
         publisher,
         hub,
+        job_reads,
+        keys,
+        rate: Arc::default(),
         notifier,
         catalogue,
         legacy_models: Arc::new(settings.legacy_models.clone()),
@@ -218,6 +229,8 @@ pub async fn spawn(
             );
         }
         hub_task.abort();
+        job_reads_task.abort();
+        keys_task.abort();
         // The batchers flush what they hold and end once the server dropped
         // the last sender; give them a moment to do so.
         let _ = tokio::time::timeout(Duration::from_secs(2), async {

@@ -19,6 +19,12 @@ pub struct AppState {
     pub submitter: JobSubmitter,
     pub publisher: Arc<Publisher>,
     pub hub: ListenerHub,
+    /// Verified keys, cached briefly.
+    pub keys: crate::key_cache::KeyCache,
+    /// The plan's request rate per key, taken in blocks.
+    pub rate: Arc<crate::rate_limit::RateLimiter>,
+    /// Batched re-reads for requests waiting on jobs.
+    pub job_reads: crate::job_reads::JobReader,
     pub notifier: Notifier,
     pub catalogue: Arc<Catalogue>,
     /// Legacy `/ai-image` model names -> catalogue ids.

@@ -34,12 +34,23 @@ use crate::db::PgPool;
 /// never nil.
 pub const EVENTS_RECORDED: Uuid = Uuid::nil();
 
+/// Channel of the `unigen_auth_changed` trigger (migration
+/// `auth_change_notify`): keys, organizations or plans changed.
+pub const AUTH_CHANNEL: &str = "unigen_auth";
+
+/// The id woken when [`AUTH_CHANNEL`] fires: watch it to drop cached keys.
+/// Job ids are UUIDv7, never all ones.
+pub const AUTH_CHANGED: Uuid = Uuid::max();
+
 /// NOTIFY payloads must stay below 8000 bytes.
 const MAX_PAYLOAD: usize = 7900;
 const LISTENER_PING: Duration = Duration::from_secs(15);
 
 /// Accepts `[a-z0-9_]+` only: the name is interpolated into `LISTEN`.
 pub fn validate_channel(name: &str) -> Result<(), String> {
+    if name == AUTH_CHANNEL {
+        return Err(format!("notify channel `{name}` is reserved"));
+    }
     if !name.is_empty()
         && name
             .bytes()
@@ -242,6 +253,15 @@ impl ListenerHub {
         }
     }
 
+    /// A hub that reports itself connected without a listener (unit tests
+    /// of code that trusts notifications only while connected).
+    #[doc(hidden)]
+    pub fn connected_for_tests() -> Self {
+        let hub = Self::default();
+        hub.inner.connected.store(true, Ordering::Relaxed);
+        hub
+    }
+
     pub fn is_connected(&self) -> bool {
         self.inner.connected.load(Ordering::Relaxed)
     }
@@ -279,13 +299,15 @@ async fn listen_session(
         .keepalives_idle(Duration::from_secs(30))
         .application_name("unigen-listener");
     let (client, mut connection) = config.connect(NoTls).await?;
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    // (is the auth channel, payload)
+    let (tx, mut rx) = mpsc::unbounded_channel::<(bool, String)>();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => {
-                    if tx.send(n.payload().to_owned()).is_err() {
+                    let auth = n.channel() == AUTH_CHANNEL;
+                    if tx.send((auth, n.payload().to_owned())).is_err() {
                         break;
                     }
                 }
@@ -299,7 +321,7 @@ async fn listen_session(
     });
     let result = async {
         client
-            .batch_execute(&format!("LISTEN \"{channel}\""))
+            .batch_execute(&format!("LISTEN \"{channel}\"; LISTEN {AUTH_CHANNEL}"))
             .await?;
         inner.connected.store(true, Ordering::Relaxed);
         // Anything that happened while we were not listening is re-read.
@@ -311,7 +333,8 @@ async fn listen_session(
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
                 payload = rx.recv() => match payload {
-                    Some(payload) => {
+                    Some((true, _)) => inner.wake(&AUTH_CHANGED),
+                    Some((false, payload)) => {
                         for id in payload.split(',').filter_map(|s| s.parse::<Uuid>().ok()) {
                             inner.wake(&id);
                         }
@@ -371,5 +394,6 @@ mod tests {
         assert!(validate_channel("unigen_jobs").is_ok());
         assert!(validate_channel("x\"; DROP").is_err());
         assert!(validate_channel("").is_err());
+        assert!(validate_channel(AUTH_CHANNEL).is_err());
     }
 }

@@ -205,6 +205,9 @@ impl TestApp {
         settings.scheduler.relay_after_seconds = 1;
         settings.knowledge.republish_after_seconds = 1;
         settings.fetch.allow_private_addresses = true;
+        // Tests change plans and keys with SQL and expect the very next
+        // request to see it; the cache's own tests turn it on.
+        settings.http.key_cache_seconds = 0;
         // Webhook receivers in tests listen on loopback over plain http.
         settings.webhooks.allow_private_addresses = true;
         let mut whisper_child = None;

@@ -91,7 +91,7 @@ pub struct RabbitSettings {
 }
 
 /// `[http]`: `host`, `port`, `public_base_url`, `workers`, `max_body_bytes`,
-/// `shutdown_grace_seconds`.
+/// `shutdown_grace_seconds`, `key_cache_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct HttpSettings {
     pub host: String,
@@ -101,6 +101,9 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
     /// On SIGTERM, in-flight requests get this long to finish.
     pub shutdown_grace_seconds: u64,
+    /// Verified API keys are cached this long (0: never); any change to
+    /// keys, organizations or plans empties the cache at once.
+    pub key_cache_seconds: u64,
 }
 
 /// `[storage]`: `backend` (`local`), `dir`, `url_secret`, `url_ttl_seconds`.

@@ -143,3 +143,64 @@ async fn keys_only_reach_the_endpoints_of_their_scopes() {
         "the denied request created nothing"
     );
 }
+
+/// Verified keys are cached (here for ten minutes), and any change to keys,
+/// organizations or plans, even straight in SQL, empties the cache at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_keys_are_dropped_as_soon_as_keys_organizations_or_plans_change() {
+    let app = TestApp::spawn_with(
+        TestOptions::default()
+            .without_worker()
+            .configure_api(|s| s.http.key_cache_seconds = 600),
+    )
+    .await;
+    let key = app.create_key(app.org_id, &["all"], None).await;
+    let hash = unigen_shared::domain::hash_key(&key);
+    assert_eq!(app.get("/api/v1/jobs", &key).await.status(), 200);
+
+    // With the trigger off, a revocation goes unnoticed: the key is served
+    // from the cache (proof that it is cached at all).
+    app.sql("ALTER TABLE api_keys DISABLE TRIGGER api_keys_auth_changed")
+        .await;
+    let client = app.db.client().await;
+    client
+        .execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1",
+            &[&&hash[..]],
+        )
+        .await
+        .unwrap();
+    assert_eq!(app.get("/api/v1/jobs", &key).await.status(), 200);
+
+    // Any change to an organization (here a no-op update) empties the cache:
+    // the revocation takes effect long before the ten minutes.
+    app.sql("UPDATE organizations SET status = status").await;
+    wait_for_status(&app, &key, 401).await;
+
+    // And plans: a new key is cached, then its plan's scope of use changes.
+    app.sql("ALTER TABLE api_keys ENABLE TRIGGER api_keys_auth_changed")
+        .await;
+    let second = app.create_key(app.org_id, &["all"], None).await;
+    assert_eq!(app.get("/api/v1/jobs", &second).await.status(), 200);
+    app.sql("UPDATE plans SET rate_limit_per_minute = 1 WHERE code = 'pro'")
+        .await;
+    app.sql("DELETE FROM rate_limits").await;
+    // One request at the new rate passes, the next is refused: the plan was re-read.
+    wait_for_status(&app, &second, 429).await;
+}
+
+/// Polls until a request with `key` answers `status` (within 5 s).
+async fn wait_for_status(app: &TestApp, key: &str, status: u16) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let got = app.get("/api/v1/jobs", key).await.status().as_u16();
+        if got == status {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still {got}, expected {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use diesel_async::AsyncConnection;
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use unigen_shared::db::{DbError, queries};
 use unigen_tests::{TestApp, TestOptions, json_of};
@@ -220,6 +221,43 @@ async fn a_concurrent_burst_admits_exactly_the_rate_and_refuses_the_rest() {
         expected.resize(BURST, 429);
         assert_eq!(statuses, expected, "round {round}");
     }
+}
+
+/// A high rate is taken in blocks (a tenth of a second's worth per round
+/// trip): two processes together still never admit more than the plan's
+/// burst, and what they do not admit is a 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_tokens_taken_in_blocks_never_admit_more_than_the_plan() {
+    const PER_MINUTE: usize = 1_800; // blocks of 3 tokens
+    const REQUESTS: usize = 2_000;
+    let mut app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    app.sql(&format!(
+        "UPDATE plans SET rate_limit_per_minute = {PER_MINUTE} WHERE code = 'pro'"
+    ))
+    .await;
+    let other_api = app.spawn_extra_api().await;
+    let key = app.create_key(app.org_id, &["all"], None).await;
+    let bases = [app.base_url.clone(), other_api];
+    let statuses: Vec<u16> = futures_util::stream::iter(0..REQUESTS)
+        .map(|i| {
+            let request = app
+                .client
+                .get(format!("{}/api/v1/models", bases[i % 2]))
+                .bearer_auth(&key);
+            async move { request.send().await.expect("GET /models").status().as_u16() }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let admitted = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!(admitted + refused, REQUESTS, "only 200s and 429s");
+    // The burst plus what the rate refilled while the test ran (one token
+    // per 33 ms); tokens of a block unused within a second are lost, never
+    // granted twice.
+    assert!(admitted <= PER_MINUTE + 200, "admitted {admitted}");
+    assert!(admitted >= PER_MINUTE - 60, "admitted {admitted}");
+    assert!(refused > 0, "the burst was exhausted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,31 +10,48 @@ use uuid::Uuid;
 use crate::db::DbError;
 
 #[derive(QueryableByName)]
-struct Admitted {
+struct Tokens {
+    #[diesel(sql_type = Integer)]
+    granted: i32,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     tat: Option<DateTime<Utc>>,
 }
 
-/// The generic cell rate algorithm (`unigen_take_rate_token`, one
+/// What [`take_rate_tokens`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateGrant {
+    /// This many tokens (at least one, at most the number wanted).
+    Granted(u32),
+    /// None left: retry after this long.
+    Refused(std::time::Duration),
+}
+
+/// The generic cell rate algorithm (`unigen_take_rate_tokens`, one
 /// statement): bursts up to `per_minute` requests, then one per
-/// `60 s / per_minute`. `Ok(None)`: admitted; `Ok(Some(wait))`: refused,
-/// retry after `wait`.
-pub async fn take_rate_token(
+/// `60 s / per_minute`. Takes up to `wanted` tokens at once, so an API
+/// process can admit requests from a block without a round trip each.
+pub async fn take_rate_tokens(
     conn: &mut AsyncPgConnection,
     api_key_id: Uuid,
     per_minute: i32,
-) -> Result<Option<std::time::Duration>, DbError> {
+    wanted: u32,
+) -> Result<RateGrant, DbError> {
     let interval_us = 60_000_000 / i64::from(per_minute.max(1));
-    let row: Admitted = diesel::sql_query("SELECT unigen_take_rate_token($1, $2) AS tat")
-        .bind::<SqlUuid, _>(api_key_id)
-        .bind::<BigInt, _>(interval_us)
-        .get_result(conn)
-        .await?;
-    Ok(row.tat.map(|tat| {
-        // Admission needs tat + interval <= now + 60 s.
+    let row: Tokens =
+        diesel::sql_query("SELECT granted, tat FROM unigen_take_rate_tokens($1, $2, $3)")
+            .bind::<SqlUuid, _>(api_key_id)
+            .bind::<BigInt, _>(interval_us)
+            .bind::<Integer, _>(wanted.min(i32::MAX as u32) as i32)
+            .get_result(conn)
+            .await?;
+    if row.granted >= 1 {
+        return Ok(RateGrant::Granted(row.granted as u32));
+    }
+    let wait = row.tat.map_or(std::time::Duration::from_secs(1), |tat| {
         let at = tat + chrono::Duration::microseconds(interval_us) - chrono::Duration::seconds(60);
         (at - Utc::now()).to_std().unwrap_or_default()
-    }))
+    });
+    Ok(RateGrant::Refused(wait))
 }
 
 #[derive(QueryableByName)]

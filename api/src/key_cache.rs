@@ -1,0 +1,161 @@
+//! Verified keys cached for a few seconds, so an authenticated request does
+//! not cost a database round trip for its key.
+//!
+//! Staleness is bounded twice: entries expire after `auth.key_cache_seconds`,
+//! and every change to keys, organizations or plans (a trigger notifies
+//! [`AUTH_CHANNEL`](unigen_shared::notify::AUTH_CHANNEL)) empties every
+//! process's cache at once, so a revocation takes effect within
+//! milliseconds. While the listener is disconnected, notifications may be
+//! missed: the cache is bypassed until it is back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use unigen_shared::db::models::KeyAuthRow;
+use unigen_shared::notify::{AUTH_CHANGED, ListenerHub};
+
+/// Past this many entries the cache is emptied rather than grown (keys
+/// guessed at random are never cached, only verified ones).
+const MAX_ENTRIES: usize = 100_000;
+
+struct Inner {
+    ttl: Duration,
+    entries: Mutex<HashMap<[u8; 32], (KeyAuthRow, Instant)>>,
+    /// Bumped by every invalidation: a lookup that raced one is not stored.
+    generation: AtomicU64,
+    hub: ListenerHub,
+}
+
+#[derive(Clone)]
+pub struct KeyCache {
+    inner: Arc<Inner>,
+}
+
+/// Where a lookup started, to store its result only if nothing changed since.
+pub struct Ticket(u64);
+
+impl KeyCache {
+    /// `ttl` zero disables the cache. The task empties it on every change.
+    pub fn spawn(ttl: Duration, hub: ListenerHub) -> (Self, JoinHandle<()>) {
+        let mut changes = hub.subscribe(AUTH_CHANGED);
+        let cache = Self {
+            inner: Arc::new(Inner {
+                ttl,
+                entries: Mutex::new(HashMap::new()),
+                generation: AtomicU64::new(0),
+                hub,
+            }),
+        };
+        let invalidated = cache.clone();
+        // Also woken when the listener reconnects: whatever was missed meanwhile is dropped.
+        let task = tokio::spawn(async move {
+            loop {
+                changes.changed().await;
+                invalidated.clear();
+            }
+        });
+        (cache, task)
+    }
+
+    fn usable(&self) -> bool {
+        !self.inner.ttl.is_zero() && self.inner.hub.is_connected()
+    }
+
+    pub fn get(&self, hash: &[u8; 32]) -> Option<KeyAuthRow> {
+        if !self.usable() {
+            return None;
+        }
+        let entries = self.inner.entries.lock().expect("key cache lock");
+        let (row, stored) = entries.get(hash)?;
+        (stored.elapsed() < self.inner.ttl).then(|| row.clone())
+    }
+
+    /// Call before reading the key from the database.
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.inner.generation.load(Ordering::Acquire))
+    }
+
+    pub fn put(&self, hash: [u8; 32], row: KeyAuthRow, ticket: Ticket) {
+        if !self.usable() {
+            return;
+        }
+        let mut entries = self.inner.entries.lock().expect("key cache lock");
+        // Checked under the lock that `clear` takes too.
+        if self.inner.generation.load(Ordering::Acquire) != ticket.0 {
+            return;
+        }
+        if entries.len() >= MAX_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(hash, (row, Instant::now()));
+    }
+
+    pub fn clear(&self) {
+        let mut entries = self.inner.entries.lock().expect("key cache lock");
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn row() -> KeyAuthRow {
+        KeyAuthRow {
+            key_id: Uuid::nil(),
+            org_id: Uuid::nil(),
+            scopes: vec!["all".into()],
+            expires_at: None,
+            revoked_at: None,
+            org_status: "active".into(),
+            plan_code: "free".into(),
+            rate_limit_per_minute: 60,
+            concurrent_requests: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn nothing_is_cached_while_the_listener_is_down() {
+        // A hub that never connected: invalidations could be missed.
+        let (cache, _task) = KeyCache::spawn(Duration::from_secs(60), ListenerHub::default());
+        let ticket = cache.ticket();
+        cache.put([1; 32], row(), ticket);
+        assert!(cache.get(&[1; 32]).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_lookup_that_raced_an_invalidation_is_not_stored() {
+        let hub = ListenerHub::connected_for_tests();
+        let (cache, _task) = KeyCache::spawn(Duration::from_secs(60), hub);
+        let stale = cache.ticket();
+        cache.clear();
+        cache.put([1; 32], row(), stale);
+        assert!(cache.get(&[1; 32]).is_none());
+        let fresh = cache.ticket();
+        cache.put([1; 32], row(), fresh);
+        assert_eq!(cache.get(&[1; 32]).unwrap().plan_code, "free");
+    }
+
+    #[tokio::test]
+    async fn entries_expire_and_a_zero_ttl_disables_the_cache() {
+        let hub = ListenerHub::connected_for_tests();
+        let (cache, _task) = KeyCache::spawn(Duration::from_millis(30), hub.clone());
+        let ticket = cache.ticket();
+        cache.put([2; 32], row(), ticket);
+        assert!(cache.get(&[2; 32]).is_some());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(cache.get(&[2; 32]).is_none());
+
+        let (off, _task) = KeyCache::spawn(Duration::ZERO, hub);
+        let ticket = off.ticket();
+        off.put([3; 32], row(), ticket);
+        assert!(off.get(&[3; 32]).is_none());
+    }
+}

@@ -1,0 +1,1 @@
+DROP FUNCTION unigen_take_rate_tokens(uuid, bigint, integer);
