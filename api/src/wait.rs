@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+use unigen_shared::db::DbError;
 use unigen_shared::db::models::Job;
-use unigen_shared::db::{DbError, queries};
 use unigen_shared::domain::JobStatus;
 use uuid::Uuid;
 
@@ -26,12 +26,7 @@ pub async fn until_finished(
     let deadline = Instant::now() + limit;
     let mut watch = state.hub.subscribe(id);
     loop {
-        let read = async {
-            let mut conn = state.pool.get().await?;
-            queries::jobs::find_for_org(&mut conn, org_id, id).await
-        }
-        .await;
-        let job = match read {
+        let job = match state.job_reads.read(org_id, id).await {
             Ok(job) => job.ok_or_else(|| ApiError::NotFound(format!("job {id} not found")))?,
             // The database is unreachable for a moment (the listener's
             // reconnect wakes us when it is back): the job is safe in it, so

@@ -41,6 +41,16 @@ pub async fn find_for_org(
         .optional()?)
 }
 
+/// The jobs with these ids, in no particular order (ids without a row are
+/// absent). Callers scope the rows to an organization themselves.
+pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<Vec<Job>, DbError> {
+    Ok(jobs::table
+        .filter(jobs::id.eq_any(ids))
+        .select(Job::as_select())
+        .load(conn)
+        .await?)
+}
+
 pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> Result<Option<Job>, DbError> {
     Ok(jobs::table
         .find(id)
