@@ -5,6 +5,12 @@
 //! (`GET /jobs/{id}?poll=true`, many at once) until it is terminal.
 //! Throughput and completion lag come from the jobs' own `createdAt` and
 //! `completedAt`, not from client timing.
+//!
+//! PostgreSQL's share (issue 9): the commits per job, counted in
+//! `pg_stat_database` around the run with the idle rate subtracted, and the
+//! jobs/s PostgreSQL alone reaches at that many commits per job (pgbench on a
+//! scratch database right after the run); the pipeline should reach 50% of
+//! it. See `pg_baseline`. Run without `--rate` for the pipeline's maximum.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -17,6 +23,7 @@ use serde_json::json;
 
 use crate::jobs::{self, Api, JobTimes, Throughput, ms};
 use crate::load::{self, Schedule, histogram};
+use crate::pg_baseline;
 use crate::report;
 
 #[derive(clap::Args)]
@@ -40,6 +47,11 @@ pub struct Args {
     /// Long polls in flight at once while waiting for completions.
     #[arg(long, default_value_t = 1000)]
     pollers: usize,
+    /// Free text naming this run in the table and JSON (e.g. "1 worker").
+    #[arg(long)]
+    label: Option<String>,
+    #[command(flatten)]
+    pg: pg_baseline::Args,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -47,6 +59,7 @@ pub struct Args {
 
 #[derive(Debug, Serialize)]
 pub struct Results {
+    pub label: Option<String>,
     pub mode: String,
     pub submitted: u64,
     pub submit_errors: u64,
@@ -58,6 +71,8 @@ pub struct Results {
     pub submit_max_ms: f64,
     /// Server-side: first createdAt → last completedAt, and created → completed.
     pub pipeline: Option<Throughput>,
+    /// Commits per job, and the pgbench baseline at as many per job.
+    pub postgres: pg_baseline::Report,
 }
 
 pub(crate) struct Submitted {
@@ -153,6 +168,7 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
     let probe = jobs::client(1, Duration::from_secs(60))?;
     let id = api.submit(&probe, &jobs::image_body()).await?;
     api.wait(&probe, &id, 4).await?;
+    let counting = pg_baseline::Counting::start(&args.pg).await;
 
     let (mode, submitted) = match args.rate {
         Some(rate) => (
@@ -191,8 +207,13 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
             _ => failed += 1,
         }
     }
+    let commits = match counting {
+        Some(counting) => counting.finish(times.len() as u64).await,
+        None => None,
+    };
     let h = &submitted.latency;
     Ok(Results {
+        label: args.label.clone(),
         mode,
         submitted: submitted.ids.len() as u64 + submitted.errors,
         submit_errors: submitted.errors,
@@ -202,12 +223,17 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
         submit_p99_ms: ms(h.value_at_quantile(0.99)),
         submit_max_ms: ms(h.max()),
         pipeline: jobs::throughput(&times),
+        postgres: pg_baseline::Report {
+            commits,
+            ..Default::default()
+        },
     })
 }
 
 pub fn table(r: &Results) -> String {
     let p = r.pipeline.as_ref();
     let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+    let label = r.label.as_ref().map(|l| ("label", l.clone()));
     let rows = [
         ("mode", r.mode.clone()),
         ("jobs submitted", r.submitted.to_string()),
@@ -225,19 +251,61 @@ pub fn table(r: &Results) -> String {
         ("completion lag p99 ms", f(p.map(|p| p.lag_p99_ms))),
         ("completion lag max ms", f(p.map(|p| p.lag_max_ms))),
     ];
-    rows.iter()
+    label
+        .into_iter()
+        .chain(rows)
+        .chain(r.postgres.rows())
         .map(|(k, v)| format!("{k:<22} {v:>18}\n"))
         .collect()
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let results = report::block_on(measure(&args))??;
+    let mut results = report::block_on(measure(&args))??;
+    let pipeline = results.pipeline.as_ref().map(|p| p.jobs_per_second);
+    results.postgres.baseline(&args.pg, pipeline);
+    if args.rate.is_some() && results.postgres.comparison.is_some() {
+        eprintln!("note: --rate caps the pipeline's jobs/s; run without it for the ratio");
+    }
     print!("{}", table(&results));
     report::write_json(
         args.json.as_deref(),
         &json!({
-            "benchmark": "jobs-throughput", "api": args.api,
+            "benchmark": "jobs-throughput", "label": args.label, "api": args.api,
             "duration_seconds": args.duration, "results": results,
         }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg_baseline::Report;
+
+    #[test]
+    fn table_shows_the_label_and_postgres_rows() {
+        let results = Results {
+            label: Some("1 worker".into()),
+            mode: "max (32 in flight)".into(),
+            submitted: 100,
+            submit_errors: 0,
+            completed: 100,
+            failed: 0,
+            submit_p50_ms: 1.0,
+            submit_p99_ms: 2.0,
+            submit_max_ms: 3.0,
+            pipeline: None,
+            postgres: Report {
+                pgbench_skipped: Some("--no-pgbench".into()),
+                ..Default::default()
+            },
+        };
+        let table = table(&results);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("label") && lines[0].ends_with("1 worker"));
+        assert!(lines.iter().any(|l| l.starts_with("pg commits/job")));
+        assert!(lines.last().unwrap().ends_with("skipped: --no-pgbench"));
+        let json = serde_json::to_value(&results).unwrap();
+        assert_eq!(json["label"], "1 worker");
+        assert_eq!(json["postgres"]["pgbench_skipped"], "--no-pgbench");
+    }
 }

@@ -56,8 +56,8 @@ pub struct Pass {
     pub lag: Histogram<u64>,
 }
 
-/// A measured request in flight: whether it succeeded, and its latency.
-type InFlight = JoinHandle<(bool, Duration)>;
+/// A measured request in flight: its latency, or `None` when it failed.
+type InFlight = JoinHandle<Option<Duration>>;
 
 /// Runs `schedule` from `start`. `send` starts one request; its future
 /// resolves to whether the request succeeded (body read included). Each
@@ -68,6 +68,22 @@ where
     F: Fn() -> Fut + Send + 'static,
     Fut: Future<Output = bool> + Send + 'static,
 {
+    run_timed(schedule, start, move || {
+        let request = send();
+        async move { request.await.then(Instant::now) }
+    })
+    .await
+}
+
+/// [`run`] for requests whose measured part ends before they do (say, the
+/// first token of a stream that is still read to its end): `send`'s future
+/// resolves to the moment the measurement ends, or `None` when the request
+/// failed. The latency is still counted from the due time.
+pub async fn run_timed<F, Fut>(schedule: Schedule, start: Instant, send: F) -> Pass
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = Option<Instant>> + Send + 'static,
+{
     let (tasks, lag) = tokio::task::spawn_blocking(move || pace(schedule, start, send))
         .await
         .expect("the pacing thread does not panic");
@@ -76,8 +92,8 @@ where
     let requests = tasks.len() as u64;
     for task in tasks {
         match task.await {
-            Ok((true, latency)) => histogram.saturating_record(micros(latency)),
-            Ok((false, _)) | Err(_) => errors += 1,
+            Ok(Some(latency)) => histogram.saturating_record(micros(latency)),
+            Ok(None) | Err(_) => errors += 1,
         }
     }
     Pass {
@@ -93,7 +109,7 @@ where
 fn pace<F, Fut>(schedule: Schedule, start: Instant, send: F) -> (Vec<InFlight>, Histogram<u64>)
 where
     F: Fn() -> Fut,
-    Fut: Future<Output = bool> + Send + 'static,
+    Fut: Future<Output = Option<Instant>> + Send + 'static,
 {
     let runtime = tokio::runtime::Handle::current();
     let first_measured = schedule.count(schedule.warmup);
@@ -113,8 +129,8 @@ where
         }
         lag.saturating_record(micros(due.elapsed()));
         tasks.push(runtime.spawn(async move {
-            let ok = request.await;
-            (ok, due.elapsed())
+            let end = request.await?;
+            Some(end.saturating_duration_since(due))
         }));
     }
     (tasks, lag)
@@ -209,5 +225,24 @@ mod tests {
         .await;
         assert_eq!((pass.requests, pass.errors), (10, 5));
         assert_eq!(pass.histogram.len(), 5);
+    }
+
+    #[tokio::test]
+    async fn timed_latency_ends_at_the_reported_moment_not_the_request_end() {
+        let pass = run_timed(schedule(100, 0, 100), Instant::now(), || async {
+            tokio::time::sleep(5 * MS).await;
+            let measured = Instant::now();
+            tokio::time::sleep(50 * MS).await;
+            Some(measured)
+        })
+        .await;
+        assert_eq!((pass.requests, pass.errors), (10, 0));
+        let h = &pass.histogram;
+        assert!(
+            h.min() >= 5_000 && h.max() < 40_000,
+            "{}..{}",
+            h.min(),
+            h.max()
+        );
     }
 }

@@ -6,17 +6,27 @@
 //! latency is the job's `completedAt` (written by the worker) to the moment
 //! its poll answer arrived here, both on this host's clock. Polls sent after
 //! their job had already finished measure nothing and are counted as late.
+//!
+//! `completedAt` is PostgreSQL's `now()`, the start of the worker's
+//! completion transaction, so that figure also holds the rest of that
+//! transaction (its wait for the organization's billing row among them).
+//! With `--database-url`, the benchmark also LISTENs on the jobs channel as
+//! the API does, and reports the time from the notification of a job's
+//! completion (sent after its commit) to the poll's answer: the API's own
+//! wake-up path.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::json;
+use tokio::task::JoinHandle;
 
 use crate::jobs::{self, Api, is_terminal, micros_between, ms, timestamp};
 use crate::load::histogram;
@@ -43,6 +53,13 @@ pub struct Args {
     /// postgres) while the polls are parked.
     #[arg(long, num_args = 0..=1, default_missing_value = "unigen")]
     pg_count: Option<String>,
+    /// Also LISTEN on the stack's job channel through this database URL and
+    /// measure from each job's notification to its poll's answer.
+    #[arg(long)]
+    database_url: Option<String>,
+    /// The stack's `notify.channel`.
+    #[arg(long, default_value = "unigen_jobs")]
+    notify_channel: String,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -60,6 +77,12 @@ pub struct Results {
     pub wake_p90_ms: f64,
     pub wake_p99_ms: f64,
     pub wake_max_ms: f64,
+    /// From the job's completion notification to the poll's answer
+    /// (`--database-url`): the API's wake-up path alone.
+    pub notified_p50_ms: Option<f64>,
+    pub notified_p90_ms: Option<f64>,
+    pub notified_p99_ms: Option<f64>,
+    pub notified_max_ms: Option<f64>,
     pub api_rss_before_mib: Option<f64>,
     pub api_rss_parked_mib: Option<f64>,
     pub pg_connections_before: Option<u64>,
@@ -68,9 +91,56 @@ pub struct Results {
 
 /// One poll's outcome: when it was sent, when its answer arrived, the job.
 struct Woken {
+    id: String,
     sent: DateTime<Utc>,
     arrived: DateTime<Utc>,
     completed: Option<DateTime<Utc>>,
+}
+
+/// When each job id was last announced on the channel (this host's clock).
+type Announced = Arc<Mutex<HashMap<String, DateTime<Utc>>>>;
+
+/// A LISTEN session on the stack's job channel; stops when dropped.
+struct Listening {
+    announced: Announced,
+    _client: tokio_postgres::Client,
+    driver: JoinHandle<()>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+/// Payloads are comma-separated job ids, as the stack's notifier sends them.
+async fn listen(database_url: &str, channel: &str) -> anyhow::Result<Listening> {
+    let (client, mut connection) = tokio_postgres::connect(database_url, tokio_postgres::NoTls)
+        .await
+        .context("connecting to PostgreSQL for LISTEN")?;
+    let announced: Announced = Arc::default();
+    let sink = Arc::clone(&announced);
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let at = Utc::now();
+                let mut seen = sink.lock().expect("announced lock");
+                for id in n.payload().split(',') {
+                    seen.insert(id.to_owned(), at);
+                }
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "")))
+        .await
+        .context("LISTEN on the job channel")?;
+    Ok(Listening {
+        announced,
+        _client: client,
+        driver,
+    })
 }
 
 fn rss_mib(pid: u32) -> Option<f64> {
@@ -106,6 +176,10 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
     let api = Api::new(&args.api, &args.key);
     let submitter = jobs::client(args.submitters, Duration::from_secs(30))?;
     let body = jobs::image_body();
+    let listening = match &args.database_url {
+        Some(url) => Some(listen(url, &args.notify_channel).await?),
+        None => None,
+    };
     let rss_before = args.api_pid.and_then(rss_mib);
     let pg_before = args.pg_count.as_deref().and_then(pg_connections);
 
@@ -136,6 +210,7 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
                 if is_terminal(&job) {
                     let completed = timestamp(&job, "completedAt");
                     return Ok(Woken {
+                        id,
                         sent,
                         arrived,
                         completed,
@@ -152,15 +227,29 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
     let pg_parked = args.pg_count.as_deref().and_then(pg_connections);
 
     let mut wake = histogram();
+    let mut notified = histogram();
     let mut late = 0;
+    let mut finished = Vec::new();
     for task in tasks {
-        match task.await? {
+        finished.push(task.await?);
+    }
+    let announced = listening
+        .as_ref()
+        .map(|l| l.announced.lock().expect("announced lock").clone());
+    for outcome in finished {
+        match outcome {
             Ok(Woken {
+                id,
                 sent,
                 arrived,
                 completed: Some(completed),
             }) if sent < completed => {
                 wake.saturating_record(micros_between(completed, arrived).max(1));
+                // The last notification naming the job before the answer is
+                // the completion's (an earlier one announced the claim).
+                if let Some(at) = announced.as_ref().and_then(|a| a.get(&id)) {
+                    notified.saturating_record(micros_between(*at, arrived).max(1));
+                }
             }
             Ok(Woken {
                 completed: Some(_), ..
@@ -181,6 +270,10 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
         wake_p90_ms: ms(wake.value_at_quantile(0.9)),
         wake_p99_ms: ms(wake.value_at_quantile(0.99)),
         wake_max_ms: ms(wake.max()),
+        notified_p50_ms: (!notified.is_empty()).then(|| ms(notified.value_at_quantile(0.5))),
+        notified_p90_ms: (!notified.is_empty()).then(|| ms(notified.value_at_quantile(0.9))),
+        notified_p99_ms: (!notified.is_empty()).then(|| ms(notified.value_at_quantile(0.99))),
+        notified_max_ms: (!notified.is_empty()).then(|| ms(notified.max())),
         api_rss_before_mib: rss_before,
         api_rss_parked_mib: rss_parked,
         pg_connections_before: pg_before,
@@ -190,6 +283,7 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
 
 pub fn table(r: &Results) -> String {
     let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    let opt3 = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
     let opt_n = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
     let rows = [
         ("waiters", r.waiters.to_string()),
@@ -200,6 +294,10 @@ pub fn table(r: &Results) -> String {
         ("wake-up p90 ms", format!("{:.3}", r.wake_p90_ms)),
         ("wake-up p99 ms", format!("{:.3}", r.wake_p99_ms)),
         ("wake-up max ms", format!("{:.3}", r.wake_max_ms)),
+        ("notify->answer p50 ms", opt3(r.notified_p50_ms)),
+        ("notify->answer p90 ms", opt3(r.notified_p90_ms)),
+        ("notify->answer p99 ms", opt3(r.notified_p99_ms)),
+        ("notify->answer max ms", opt3(r.notified_max_ms)),
         ("api RSS before MiB", opt(r.api_rss_before_mib)),
         ("api RSS parked MiB", opt(r.api_rss_parked_mib)),
         ("pg conns before", opt_n(r.pg_connections_before)),

@@ -7,6 +7,7 @@ mod jobs;
 mod jobs_throughput;
 mod load;
 mod long_poll;
+mod pg_baseline;
 mod report;
 mod sync_overhead;
 mod webhook_latency;
