@@ -36,7 +36,10 @@ pub async fn run(
         .await?;
         let key = store_output(context, job, &format!("{index}.png"), png).await?;
         images.push(json!({ "file": key, "width": params.width, "height": params.height }));
-        progress.report(((index + 1) * 100 / params.n) as i16).await;
+        // The last image's 100% is written with the result: no extra commit.
+        if index + 1 < params.n {
+            progress.report(((index + 1) * 100 / params.n) as i16).await;
+        }
     }
     Ok(ToolOutput {
         output: json!({ "images": images }),
