@@ -43,6 +43,10 @@ pub struct Args {
     /// Jobs, and parked long polls (one per job).
     #[arg(long, default_value_t = 1000)]
     waiters: usize,
+    /// Long polls per job before it counts as an error (each waits up to the
+    /// stack's `jobs.long_poll_seconds`).
+    #[arg(long, default_value_t = 20)]
+    max_polls: u32,
     /// Concurrent submissions while creating the jobs.
     #[arg(long, default_value_t = 64)]
     submitters: usize,
@@ -201,10 +205,10 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
     let api = Arc::new(api);
     let mut tasks = Vec::with_capacity(ids.len());
     for id in ids {
-        let (api, poller) = (Arc::clone(&api), poller.clone());
+        let (api, poller, max_polls) = (Arc::clone(&api), poller.clone(), args.max_polls);
         tasks.push(tokio::spawn(async move {
             let mut sent = Utc::now();
-            for _ in 0..4 {
+            for _ in 0..max_polls {
                 let job = api.poll_once(&poller, &id).await?;
                 let arrived = Utc::now();
                 if is_terminal(&job) {
@@ -218,7 +222,7 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
                 }
                 sent = Utc::now();
             }
-            bail!("job {id} not finished after 4 long polls")
+            bail!("job {id} not finished after {max_polls} long polls")
         }));
     }
     // Let the polls park, then sample the API while they wait.
