@@ -28,6 +28,7 @@ Measuring the gateway's added latency for non-streaming chat:
   # 3. the same open-loop load through unigen, then straight at the upstream
   unigen-bench chat-overhead --key sk_... --model bench/fake-chat \\
       --rates 200,500 --duration 10 --json overhead.json
+  # --mode stream: added time to first token instead; --mode both: both
 
 The table gives p50/p90/p99/p99.9 per rate and target, and the added latency
 (api - upstream). The load generator shares the machine with what it measures.
@@ -37,9 +38,9 @@ The job pipeline (plain scripts/dev-up; `unigen-bench <command> --help` for more
   unigen-bench jobs-throughput --key sk_... --duration 30 [--rate 100]
   # UNIGEN__LOCAL_PROVIDER__LATENCY_MS=200 UNIGEN__WORKER__CONCURRENCY=128 scripts/dev-up
   unigen-bench sync-overhead --key sk_... --clients 20,100 --duration 10 --provider-latency-ms 200
-  # ulimit -n 65536
-  # UNIGEN__LOCAL_PROVIDER__LATENCY_MS=10000 UNIGEN__WORKER__CONCURRENCY=1000 scripts/dev-up
-  unigen-bench long-poll --key sk_... --waiters 1000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen
+  # ulimit -n above 2 x waiters; plain scripts/dev-up: jobs queue behind the worker
+  unigen-bench long-poll --key sk_... --waiters 10000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen \\
+      --database-url postgres://postgres@127.0.0.1:5432/unigen
   # UNIGEN__WEBHOOKS__ALLOW_PRIVATE_ADDRESSES=true scripts/dev-up
   unigen-bench webhook-latency --key sk_... --rate 100 --duration 10";
 
