@@ -11,6 +11,7 @@ mod metrics;
 mod openapi;
 mod rate_limit;
 mod routes;
+mod settlements;
 mod state;
 mod views;
 mod wait;
@@ -85,6 +86,7 @@ pub async fn spawn(
         shutdown.clone(),
     );
     let (job_reads, job_reads_task) = job_reads::JobReader::spawn(pool.clone());
+    let (settlements, settlements_task) = settlements::Settlements::spawn(pool.clone());
     let (keys, keys_task) = key_cache::KeyCache::spawn(
         Duration::from_secs(settings.http.key_cache_seconds),
         hub.clone(),
@@ -150,6 +152,7 @@ pub async fn spawn(
         job_reads,
         keys,
         rate: Arc::default(),
+        settlements,
         notifier,
         catalogue,
         legacy_models: Arc::new(settings.legacy_models.clone()),
@@ -236,6 +239,7 @@ pub async fn spawn(
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             let _ = notifier_task.await;
             let _ = submitter_task.await;
+            let _ = settlements_task.await;
         })
         .await;
         result

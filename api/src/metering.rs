@@ -179,6 +179,7 @@ impl Drop for ConcurrencySlot {
 pub struct SyncReservation {
     pub id: Uuid,
     notifier: unigen_shared::notify::Notifier,
+    settlements: crate::settlements::Settlements,
     org_id: Uuid,
     key_id: Uuid,
     endpoint: &'static str,
@@ -203,6 +204,7 @@ impl SyncReservation {
         Ok(Self {
             id,
             notifier: state.notifier.clone(),
+            settlements: state.settlements.clone(),
             org_id: caller.org_id,
             key_id: caller.key_id,
             endpoint,
@@ -234,16 +236,16 @@ impl SyncReservation {
     /// and was released meanwhile (nothing is charged twice).
     pub async fn settle(
         self,
-        pool: &PgPool,
         charge: &Charge,
         multiplier: f64,
         tokens: (i64, i64),
         tools_used: Vec<String>,
     ) -> Result<Option<Settled>, DbError> {
         let record = self.record("success", tokens, tools_used);
-        let mut conn = pool.get().await?;
-        let settled =
-            queries::billing::settle(&mut conn, self.id, charge, multiplier, &record).await?;
+        let settled = self
+            .settlements
+            .settle(self.org_id, self.id, charge.clone(), multiplier, record)
+            .await?;
         if settled.as_ref().is_some_and(|s| s.events_recorded) {
             self.notifier.events_recorded();
         }

@@ -134,13 +134,7 @@ impl ChatMeter {
         };
         let tokens = (i64::from(prompt), i64::from(completion));
         match reservation
-            .settle(
-                &self.pool,
-                &charge,
-                self.multiplier,
-                tokens,
-                self.tools_used.clone(),
-            )
+            .settle(&charge, self.multiplier, tokens, self.tools_used.clone())
             .await
         {
             Ok(settled) => settled,

@@ -71,7 +71,7 @@ pub async fn create_embeddings(
     };
     let tokens_used = (i64::from(tokens), 0);
     let settled = reservation
-        .settle(&state.pool, &charge, 1.0, tokens_used, Vec::new())
+        .settle(&charge, 1.0, tokens_used, Vec::new())
         .await?;
     let credits_used = settled.as_ref().map_or(0, |s| s.credits);
     if let Some(settled) = settled {

@@ -767,3 +767,68 @@ async fn the_ledger_balances_after_a_random_workload() {
     .await;
     assert_eq!(completed_credits, job_records);
 }
+
+/// Concurrent chat completions of two organizations are settled in batches
+/// (many per statement): every one is charged exactly once, each
+/// organization for its own, with nothing left reserved and the ledger
+/// adding up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_chat_completions_of_two_organizations_settle_exactly() {
+    const PER_ORG: usize = 60;
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    app.sql("UPDATE plans SET concurrent_requests = 500, rate_limit_per_minute = 100000")
+        .await;
+    let other_org = app.create_org("Second", "pro").await;
+    let other_key = app.create_key(other_org, &["all"], None).await;
+    touch_account(&app, &app.key).await;
+    touch_account(&app, &other_key).await;
+    let before = [
+        credits_state(&app, app.org_id).await,
+        credits_state(&app, other_org).await,
+    ];
+
+    let (client, other) = (&app, &other_key);
+    let requests = (0..PER_ORG * 2).map(|i| {
+        let key = if i % 2 == 0 { &client.key } else { other };
+        let body =
+            json!({"messages": [{"role": "user", "content": format!("request number {i}")}]});
+        async move {
+            json_of(
+                client
+                    .post_json("/api/v1/chat/completions", key, &body)
+                    .await,
+            )
+            .await
+        }
+    });
+    let answers = join_all(requests).await;
+    let mut charged = [0i64; 2];
+    for (i, (status, body)) in answers.iter().enumerate() {
+        assert_eq!(*status, 200, "request {i}: {body}");
+        let credits = body["usage"]["credits_used"].as_i64().unwrap();
+        assert!(credits > 0, "{body}");
+        charged[i % 2] += credits;
+    }
+
+    for (index, org) in [app.org_id, other_org].into_iter().enumerate() {
+        let (included, purchased, reserved, _) = credits_state(&app, org).await;
+        let (included_before, purchased_before, _, _) = before[index];
+        assert_eq!(
+            (included_before + purchased_before) - (included + purchased),
+            charged[index],
+            "organization {index} paid what its answers said"
+        );
+        assert_eq!(reserved, 0, "nothing left reserved");
+        let records = scalar(
+            &app,
+            &format!(
+                "SELECT count(*) FROM usage_records WHERE org_id = '{org}' AND endpoint = '/v1/chat/completions' AND status = 'success'"
+            ),
+        )
+        .await;
+        assert_eq!(records, PER_ORG as i64, "one usage record per completion");
+        assert_ledger_balances(&app, org).await;
+    }
+    let open = scalar(&app, "SELECT count(*) FROM reservations").await;
+    assert_eq!(open, 0, "every reservation settled");
+}

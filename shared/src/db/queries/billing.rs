@@ -10,7 +10,7 @@
 use chrono::{DateTime, Datelike, Months, TimeZone, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{
-    Array, BigInt, Bool, Double, Nullable, Text, Timestamptz, Uuid as SqlUuid,
+    Array, BigInt, Bool, Double, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid,
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::{Value, json};
@@ -471,11 +471,113 @@ pub async fn settle(
         setup_account(conn, org_id).await?;
         row = call(conn).await?;
     }
+    Ok(settled_from(row, charge, multiplier))
+}
+
+/// One sync request's settlement, for [`settle_many`].
+pub struct SettleItem<'a> {
+    pub id: Uuid,
+    pub charge: Charge,
+    pub multiplier: f64,
+    pub usage: &'a UsageRecord,
+}
+
+#[derive(QueryableByName)]
+struct NumberedSettledRow {
+    #[diesel(sql_type = BigInt)]
+    ord: i64,
+    #[diesel(embed)]
+    row: SettledRow,
+}
+
+/// Settles many reservations in one statement, so one commit (and one hold
+/// of each account's lock) serves them all; each item is settled exactly as
+/// [`settle`] would. Answers in the items' order. Callers order the items by
+/// organization, so two batches never take two accounts' locks in opposite
+/// orders.
+pub async fn settle_many(
+    conn: &mut AsyncPgConnection,
+    items: &[SettleItem<'_>],
+) -> Result<Vec<Option<Settled>>, DbError> {
+    let tools: Vec<Value> = items.iter().map(|i| json!(i.usage.tools_used)).collect();
+    let mut rows: Vec<NumberedSettledRow> = diesel::sql_query(
+        "SELECT x.ord, s.outcome, s.from_included, s.from_purchased, s.overage, s.bucket,
+                s.remaining_milli, s.credits_remaining, s.overage_enabled, s.overage_credits,
+                s.overage_rate_micros, s.events_recorded
+           FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::uuid[], $5::text[], $6::text[],
+                       $7::text[], $8::int8[], $9::jsonb[], $10::int8[], $11::int8[])
+                WITH ORDINALITY AS x(id, credits, milli, api_key, endpoint, method, model,
+                                     latency, tools, prompt, completion, ord)
+          CROSS JOIN LATERAL unigen_settle(
+                x.id, x.credits, x.milli, x.api_key, x.endpoint, x.method, x.model, x.latency,
+                ARRAY(SELECT jsonb_array_elements_text(x.tools)), x.prompt, x.completion) AS s
+          ORDER BY x.ord",
+    )
+    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(items.iter().map(|i| i.charge.credits).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(
+        items
+            .iter()
+            .map(|i| i.charge.bucket_milli)
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Nullable<SqlUuid>>, _>(
+        items.iter().map(|i| i.usage.api_key_id).collect::<Vec<_>>(),
+    )
+    .bind::<Array<Text>, _>(
+        items
+            .iter()
+            .map(|i| i.usage.endpoint.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Text>, _>(
+        items
+            .iter()
+            .map(|i| i.usage.method.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Text>, _>(
+        items
+            .iter()
+            .map(|i| i.usage.model.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<BigInt>, _>(items.iter().map(|i| i.usage.latency_ms).collect::<Vec<_>>())
+    .bind::<Array<Jsonb>, _>(tools)
+    .bind::<Array<BigInt>, _>(
+        items
+            .iter()
+            .map(|i| i.usage.prompt_tokens)
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<BigInt>, _>(
+        items
+            .iter()
+            .map(|i| i.usage.completion_tokens)
+            .collect::<Vec<_>>(),
+    )
+    .load(conn)
+    .await?;
+    rows.sort_by_key(|r| r.ord);
+    let mut settled = Vec::with_capacity(items.len());
+    for (item, numbered) in items.iter().zip(rows) {
+        settled.push(if numbered.row.outcome == "setup" {
+            // A new period or a new account: the single path sets it up.
+            settle(conn, item.id, &item.charge, item.multiplier, item.usage).await?
+        } else {
+            settled_from(numbered.row, &item.charge, item.multiplier)
+        });
+    }
+    Ok(settled)
+}
+
+/// The answer of `unigen_settle` as a [`Settled`]; `None` unless `ok`.
+fn settled_from(row: SettledRow, charge: &Charge, multiplier: f64) -> Option<Settled> {
     if row.outcome != "ok" {
-        return Ok(None);
+        return None;
     }
     let credits = charge.credits.max(0);
-    Ok(Some(Settled {
+    Some(Settled {
         credits,
         from_included: row.from_included.unwrap_or(0),
         from_purchased: row.from_purchased.unwrap_or(0),
@@ -497,7 +599,7 @@ pub async fn settle(
             overage_rate_micros: row.overage_rate_micros,
         },
         events_recorded: row.events_recorded,
-    }))
+    })
 }
 
 pub fn snapshot(account: &BillingAccount, plan: &Plan) -> AccountSnapshot {
