@@ -2,6 +2,8 @@
 //! long polls, file serving, health, metrics and OpenAPI.
 
 mod auth;
+mod batched;
+mod billing_batches;
 pub mod cli;
 mod error;
 mod job_reads;
@@ -11,7 +13,6 @@ mod metrics;
 mod openapi;
 mod rate_limit;
 mod routes;
-mod settlements;
 mod state;
 mod views;
 mod wait;
@@ -86,7 +87,7 @@ pub async fn spawn(
         shutdown.clone(),
     );
     let (job_reads, job_reads_task) = job_reads::JobReader::spawn(pool.clone());
-    let (settlements, settlements_task) = settlements::Settlements::spawn(pool.clone());
+    let (billing, reserve_task, settle_task) = billing_batches::BillingBatches::spawn(pool.clone());
     let (keys, keys_task) = key_cache::KeyCache::spawn(
         Duration::from_secs(settings.http.key_cache_seconds),
         hub.clone(),
@@ -152,7 +153,7 @@ pub async fn spawn(
         job_reads,
         keys,
         rate: Arc::default(),
-        settlements,
+        billing,
         notifier,
         catalogue,
         legacy_models: Arc::new(settings.legacy_models.clone()),
@@ -239,7 +240,8 @@ pub async fn spawn(
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             let _ = notifier_task.await;
             let _ = submitter_task.await;
-            let _ = settlements_task.await;
+            let _ = reserve_task.await;
+            let _ = settle_task.await;
         })
         .await;
         result

@@ -17,6 +17,7 @@ use unigen_shared::db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::billing_batches::{Reserve, Settle};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -179,7 +180,7 @@ impl Drop for ConcurrencySlot {
 pub struct SyncReservation {
     pub id: Uuid,
     notifier: unigen_shared::notify::Notifier,
-    settlements: crate::settlements::Settlements,
+    billing: crate::billing_batches::BillingBatches,
     org_id: Uuid,
     key_id: Uuid,
     endpoint: &'static str,
@@ -197,14 +198,21 @@ impl SyncReservation {
     ) -> Result<Self, ApiError> {
         let id = Uuid::now_v7();
         let expires_at = Utc::now() + SYNC_LEASE;
-        // One statement, atomic on its own: no transaction round trips.
-        let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::billing::reserve(&mut conn, caller.org_id, id, estimate, Some(expires_at))
+        // One statement, atomic on its own, shared with the requests that
+        // reserve at the same moment.
+        state
+            .billing
+            .reserve(Reserve {
+                org_id: caller.org_id,
+                id,
+                estimate: estimate.clone(),
+                expires_at,
+            })
             .await??;
         Ok(Self {
             id,
             notifier: state.notifier.clone(),
-            settlements: state.settlements.clone(),
+            billing: state.billing.clone(),
             org_id: caller.org_id,
             key_id: caller.key_id,
             endpoint,
@@ -243,8 +251,14 @@ impl SyncReservation {
     ) -> Result<Option<Settled>, DbError> {
         let record = self.record("success", tokens, tools_used);
         let settled = self
-            .settlements
-            .settle(self.org_id, self.id, charge.clone(), multiplier, record)
+            .billing
+            .settle(Settle {
+                org_id: self.org_id,
+                id: self.id,
+                charge: charge.clone(),
+                multiplier,
+                usage: record,
+            })
             .await?;
         if settled.as_ref().is_some_and(|s| s.events_recorded) {
             self.notifier.events_recorded();

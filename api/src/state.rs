@@ -23,8 +23,8 @@ pub struct AppState {
     pub keys: crate::key_cache::KeyCache,
     /// The plan's request rate per key, taken in blocks.
     pub rate: Arc<crate::rate_limit::RateLimiter>,
-    /// Batched settlement of sync requests.
-    pub settlements: crate::settlements::Settlements,
+    /// Batched reservations and settlements of sync requests.
+    pub billing: crate::billing_batches::BillingBatches,
     /// Batched re-reads for requests waiting on jobs.
     pub job_reads: crate::job_reads::JobReader,
     pub notifier: Notifier,

@@ -295,6 +295,14 @@ pub async fn reserve(
         setup_account(conn, org_id).await?;
         reserved = call(conn).await?;
     }
+    reservation_outcome(reserved, bucket)
+}
+
+/// `unigen_reserve`'s answer: held, refused, or an outcome it never gives.
+fn reservation_outcome(
+    reserved: Reserved,
+    bucket: Option<&str>,
+) -> Result<Result<(), Refusal>, DbError> {
     Ok(match reserved.outcome.as_str() {
         "ok" => Ok(()),
         "quota" => Err(Refusal::Quota {
@@ -314,6 +322,68 @@ pub async fn reserve(
             )));
         }
     })
+}
+
+/// One sync request's reservation, for [`reserve_many`].
+pub struct ReserveItem<'a> {
+    pub org_id: Uuid,
+    pub id: Uuid,
+    pub estimate: &'a Estimate,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(QueryableByName)]
+struct NumberedReserved {
+    #[diesel(sql_type = BigInt)]
+    ord: i64,
+    #[diesel(embed)]
+    reserved: Reserved,
+}
+
+/// [`reserve`] for many requests in one statement and one commit, each
+/// item decided exactly as on its own, in the items' order (a refusal
+/// changes nothing for its item). Callers order the items by organization.
+/// `Err`: the statement failed and changed nothing; an item's own error
+/// (setting up its account afterwards) is that item's.
+pub async fn reserve_many(
+    conn: &mut AsyncPgConnection,
+    items: &[ReserveItem<'_>],
+) -> Result<Vec<Result<Result<(), Refusal>, DbError>>, DbError> {
+    let buckets: Vec<Option<&str>> = items
+        .iter()
+        .map(|i| i.estimate.bucket.map(|(bucket, _)| bucket.as_str()))
+        .collect();
+    let mut rows: Vec<NumberedReserved> = diesel::sql_query(
+        "SELECT x.ord, r.outcome, r.remaining, r.hard_limit
+           FROM unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::int8[], $6::timestamptz[])
+                WITH ORDINALITY AS x(org, id, credits, bucket, milli, expires, ord)
+          CROSS JOIN LATERAL unigen_reserve(x.org, x.id, x.credits, x.bucket, x.milli, x.expires) AS r
+          ORDER BY x.ord",
+    )
+    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.org_id).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(items.iter().map(|i| i.estimate.credits).collect::<Vec<_>>())
+    .bind::<Array<Nullable<Text>>, _>(&buckets)
+    .bind::<Array<BigInt>, _>(
+        items
+            .iter()
+            .map(|i| i.estimate.bucket.map_or(0, |(_, milli)| milli))
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Nullable<Timestamptz>>, _>(items.iter().map(|i| i.expires_at).collect::<Vec<_>>())
+    .load(conn)
+    .await?;
+    rows.sort_by_key(|r| r.ord);
+    let mut outcomes = Vec::with_capacity(items.len());
+    for ((item, bucket), numbered) in items.iter().zip(&buckets).zip(rows) {
+        outcomes.push(if numbered.reserved.outcome == "setup" {
+            // A new period or a new account: the single path sets it up.
+            reserve(conn, item.org_id, item.id, item.estimate, item.expires_at).await
+        } else {
+            reservation_outcome(numbered.reserved, *bucket)
+        });
+    }
+    Ok(outcomes)
 }
 
 /// Grows open reservation `id` by `credits` under the rules of [`reserve`]
@@ -494,11 +564,12 @@ struct NumberedSettledRow {
 /// of each account's lock) serves them all; each item is settled exactly as
 /// [`settle`] would. Answers in the items' order. Callers order the items by
 /// organization, so two batches never take two accounts' locks in opposite
-/// orders.
+/// orders. `Err`: the statement failed and changed nothing; an item's own
+/// error (setting up its account afterwards) is that item's.
 pub async fn settle_many(
     conn: &mut AsyncPgConnection,
     items: &[SettleItem<'_>],
-) -> Result<Vec<Option<Settled>>, DbError> {
+) -> Result<Vec<Result<Option<Settled>, DbError>>, DbError> {
     let tools: Vec<Value> = items.iter().map(|i| json!(i.usage.tools_used)).collect();
     let mut rows: Vec<NumberedSettledRow> = diesel::sql_query(
         "SELECT x.ord, s.outcome, s.from_included, s.from_purchased, s.overage, s.bucket,
@@ -563,9 +634,9 @@ pub async fn settle_many(
     for (item, numbered) in items.iter().zip(rows) {
         settled.push(if numbered.row.outcome == "setup" {
             // A new period or a new account: the single path sets it up.
-            settle(conn, item.id, &item.charge, item.multiplier, item.usage).await?
+            settle(conn, item.id, &item.charge, item.multiplier, item.usage).await
         } else {
-            settled_from(numbered.row, &item.charge, item.multiplier)
+            Ok(settled_from(numbered.row, &item.charge, item.multiplier))
         });
     }
     Ok(settled)
