@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -159,21 +158,12 @@ pub fn parse_vm_rss_kib(status: &str) -> Option<u64> {
 }
 
 fn pg_connections(db: &str) -> Option<u64> {
-    let query = format!("select count(*) from pg_stat_activity where datname='{db}'");
-    let output = Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-tAc",
-        ])
-        .arg(query)
-        .output()
-        .ok()?;
-    String::from_utf8_lossy(&output.stdout).trim().parse().ok()
+    let query = format!("select count(*) from pg_stat_activity where datname = '{db}'");
+    crate::pg_baseline::psql("postgres", &[&query])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 async fn measure(args: &Args) -> anyhow::Result<Results> {

@@ -65,7 +65,7 @@ pub struct Args {
 
 /// Runs psql against `db` on 127.0.0.1 as postgres; each command is sent on
 /// its own (`-c` per command), output unaligned without headers.
-fn psql(db: &str, commands: &[&str]) -> anyhow::Result<String> {
+pub(crate) fn psql(db: &str, commands: &[&str]) -> anyhow::Result<String> {
     let mut command = Command::new(pg_binary("psql"));
     command.args(["-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1"]);
     command.args(["-h", "127.0.0.1", "-U", "postgres", "-d", db]);
