@@ -4,8 +4,9 @@
 //! while under load one statement (and one commit) serves many requests.
 
 use std::future::Future;
+use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 type Call<I, O> = (I, oneshot::Sender<O>);
@@ -25,15 +26,20 @@ impl<I, O> Clone for Batched<I, O> {
 
 impl<I: Send + 'static, O: Send + 'static> Batched<I, O> {
     /// `run` answers a batch in its order, or `None` when the batch failed
-    /// as a whole (every caller then does its call on its own).
-    pub fn spawn<F, Fut>(max: usize, mut run: F) -> (Self, JoinHandle<()>)
+    /// as a whole (every caller then does its call on its own). Up to
+    /// `parallel` batches run at once; what arrives meanwhile waits for the
+    /// next one.
+    pub fn spawn<F, Fut>(max: usize, parallel: usize, run: F) -> (Self, JoinHandle<()>)
     where
-        F: FnMut(Vec<I>) -> Fut + Send + 'static,
-        Fut: Future<Output = Option<Vec<O>>> + Send,
+        F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Option<Vec<O>>> + Send + 'static,
     {
         let (tx, mut rx) = mpsc::unbounded_channel::<Call<I, O>>();
+        let run = Arc::new(run);
         let handle = tokio::spawn(async move {
+            let permits = Arc::new(Semaphore::new(parallel.max(1)));
             while let Some(first) = rx.recv().await {
+                let permit = permits.clone().acquire_owned().await.expect("never closed");
                 let mut calls = vec![first];
                 while calls.len() < max {
                     match rx.try_recv() {
@@ -42,12 +48,16 @@ impl<I: Send + 'static, O: Send + 'static> Batched<I, O> {
                     }
                 }
                 let (items, replies): (Vec<I>, Vec<oneshot::Sender<O>>) = calls.into_iter().unzip();
-                if let Some(answers) = run(items).await {
-                    for (reply, answer) in replies.into_iter().zip(answers) {
-                        let _ = reply.send(answer);
+                let batch = run(items);
+                tokio::spawn(async move {
+                    if let Some(answers) = batch.await {
+                        for (reply, answer) in replies.into_iter().zip(answers) {
+                            let _ = reply.send(answer);
+                        }
                     }
-                }
-                // On failure the replies are dropped: callers see `None`.
+                    // On failure the replies are dropped: callers see `None`.
+                    drop(permit);
+                });
             }
         });
         (Self { tx }, handle)
@@ -72,7 +82,7 @@ mod tests {
     async fn calls_arriving_together_share_a_batch_and_get_their_own_answers() {
         let sizes = Arc::new(Mutex::new(Vec::new()));
         let seen = sizes.clone();
-        let (batched, _task) = Batched::spawn(100, move |items: Vec<u32>| {
+        let (batched, _task) = Batched::spawn(100, 1, move |items: Vec<u32>| {
             seen.lock().unwrap().push(items.len());
             async move { Some(items.into_iter().map(|i| i * 10).collect()) }
         });
@@ -85,7 +95,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_answers_none_so_callers_fall_back() {
-        let (batched, _task) = Batched::spawn(10, |_: Vec<u32>| async { None::<Vec<u32>> });
+        let (batched, _task) = Batched::spawn(10, 1, |_: Vec<u32>| async { None::<Vec<u32>> });
         assert_eq!(batched.call(1).await, None);
     }
 }

@@ -13,11 +13,11 @@ use actix_web::middleware::Next;
 use chrono::Utc;
 use unigen_shared::billing::{AccountSnapshot, Charge, Estimate, Settled};
 use unigen_shared::db::models::UsageRecord;
+use unigen_shared::db::queries::billing::{ReserveItem, SettleItem};
 use unigen_shared::db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::billing_batches::{Reserve, Settle};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -202,11 +202,11 @@ impl SyncReservation {
         // reserve at the same moment.
         state
             .billing
-            .reserve(Reserve {
+            .reserve(ReserveItem {
                 org_id: caller.org_id,
                 id,
                 estimate: estimate.clone(),
-                expires_at,
+                expires_at: Some(expires_at),
             })
             .await??;
         Ok(Self {
@@ -252,8 +252,7 @@ impl SyncReservation {
         let record = self.record("success", tokens, tools_used);
         let settled = self
             .billing
-            .settle(Settle {
-                org_id: self.org_id,
+            .settle(SettleItem {
                 id: self.id,
                 charge: charge.clone(),
                 multiplier,

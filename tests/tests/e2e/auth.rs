@@ -2,6 +2,20 @@ use chrono::{Duration, Utc};
 use serde_json::json;
 use unigen_tests::{TestApp, TestOptions, json_of};
 
+/// Revokes `key` straight in the database, as an operator in psql would.
+async fn revoke_in_sql(app: &TestApp, key: &str) {
+    let hash = unigen_shared::domain::hash_key(key);
+    app.db
+        .client()
+        .await
+        .execute(
+            "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1",
+            &[&&hash[..]],
+        )
+        .await
+        .unwrap();
+}
+
 async fn status_and_message(response: reqwest::Response) -> (u16, String) {
     let (status, body) = json_of(response).await;
     (
@@ -64,15 +78,7 @@ async fn missing_malformed_unknown_revoked_and_expired_keys_are_refused() {
 
     let revoked = app.create_key(app.org_id, &["all"], None).await;
     assert_eq!(app.get("/api/v1/jobs", &revoked).await.status(), 200);
-    let hash = unigen_shared::domain::hash_key(&revoked);
-    let client = app.db.client().await;
-    client
-        .execute(
-            "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1",
-            &[&&hash[..]],
-        )
-        .await
-        .unwrap();
+    revoke_in_sql(&app, &revoked).await;
     assert_eq!(
         status_and_message(app.get("/api/v1/jobs", &revoked).await).await,
         invalid,
@@ -155,21 +161,13 @@ async fn cached_keys_are_dropped_as_soon_as_keys_organizations_or_plans_change()
     )
     .await;
     let key = app.create_key(app.org_id, &["all"], None).await;
-    let hash = unigen_shared::domain::hash_key(&key);
     assert_eq!(app.get("/api/v1/jobs", &key).await.status(), 200);
 
     // With the trigger off, a revocation goes unnoticed: the key is served
     // from the cache (proof that it is cached at all).
     app.sql("ALTER TABLE api_keys DISABLE TRIGGER api_keys_auth_changed")
         .await;
-    let client = app.db.client().await;
-    client
-        .execute(
-            "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1",
-            &[&&hash[..]],
-        )
-        .await
-        .unwrap();
+    revoke_in_sql(&app, &key).await;
     assert_eq!(app.get("/api/v1/jobs", &key).await.status(), 200);
 
     // Any change to an organization (here a no-op update) empties the cache:

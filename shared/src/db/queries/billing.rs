@@ -325,11 +325,32 @@ fn reservation_outcome(
 }
 
 /// One sync request's reservation, for [`reserve_many`].
-pub struct ReserveItem<'a> {
+pub struct ReserveItem {
     pub org_id: Uuid,
     pub id: Uuid,
-    pub estimate: &'a Estimate,
+    pub estimate: Estimate,
     pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// The positions of `items` in organization order. Batches lock accounts in
+/// that one order, so two batches never wait on each other's locks.
+fn organization_order<T>(items: &[T], org: impl Fn(&T) -> Uuid) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| org(&items[i]));
+    order
+}
+
+/// Puts answers that came in `order` (1-based `ord` per answer) back in
+/// the items' own order.
+fn in_item_order<O>(order: &[usize], answers: Vec<(i64, O)>) -> Vec<O> {
+    let mut slots: Vec<Option<O>> = (0..order.len()).map(|_| None).collect();
+    for (ord, answer) in answers {
+        slots[order[(ord - 1) as usize]] = Some(answer);
+    }
+    slots
+        .into_iter()
+        .map(|slot| slot.expect("one answer per item"))
+        .collect()
 }
 
 #[derive(QueryableByName)]
@@ -341,19 +362,21 @@ struct NumberedReserved {
 }
 
 /// [`reserve`] for many requests in one statement and one commit, each
-/// item decided exactly as on its own, in the items' order (a refusal
-/// changes nothing for its item). Callers order the items by organization.
-/// `Err`: the statement failed and changed nothing; an item's own error
-/// (setting up its account afterwards) is that item's.
+/// item decided exactly as on its own (a refusal changes nothing for its
+/// item); answers in the items' order. `Err`: the statement failed and
+/// changed nothing; an item's own error (setting up its account afterwards)
+/// is that item's.
 pub async fn reserve_many(
     conn: &mut AsyncPgConnection,
-    items: &[ReserveItem<'_>],
+    items: &[ReserveItem],
 ) -> Result<Vec<Result<Result<(), Refusal>, DbError>>, DbError> {
+    let order = organization_order(items, |i| i.org_id);
+    let items: Vec<&ReserveItem> = order.iter().map(|&i| &items[i]).collect();
     let buckets: Vec<Option<&str>> = items
         .iter()
         .map(|i| i.estimate.bucket.map(|(bucket, _)| bucket.as_str()))
         .collect();
-    let mut rows: Vec<NumberedReserved> = diesel::sql_query(
+    let rows: Vec<NumberedReserved> = diesel::sql_query(
         "SELECT x.ord, r.outcome, r.remaining, r.hard_limit
            FROM unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::int8[], $6::timestamptz[])
                 WITH ORDINALITY AS x(org, id, credits, bucket, milli, expires, ord)
@@ -373,17 +396,17 @@ pub async fn reserve_many(
     .bind::<Array<Nullable<Timestamptz>>, _>(items.iter().map(|i| i.expires_at).collect::<Vec<_>>())
     .load(conn)
     .await?;
-    rows.sort_by_key(|r| r.ord);
     let mut outcomes = Vec::with_capacity(items.len());
     for ((item, bucket), numbered) in items.iter().zip(&buckets).zip(rows) {
-        outcomes.push(if numbered.reserved.outcome == "setup" {
+        let outcome = if numbered.reserved.outcome == "setup" {
             // A new period or a new account: the single path sets it up.
-            reserve(conn, item.org_id, item.id, item.estimate, item.expires_at).await
+            reserve(conn, item.org_id, item.id, &item.estimate, item.expires_at).await
         } else {
             reservation_outcome(numbered.reserved, *bucket)
-        });
+        };
+        outcomes.push((numbered.ord, outcome));
     }
-    Ok(outcomes)
+    Ok(in_item_order(&order, outcomes))
 }
 
 /// Grows open reservation `id` by `credits` under the rules of [`reserve`]
@@ -545,11 +568,12 @@ pub async fn settle(
 }
 
 /// One sync request's settlement, for [`settle_many`].
-pub struct SettleItem<'a> {
+pub struct SettleItem {
     pub id: Uuid,
     pub charge: Charge,
     pub multiplier: f64,
-    pub usage: &'a UsageRecord,
+    /// Its `org_id` orders the batch.
+    pub usage: UsageRecord,
 }
 
 #[derive(QueryableByName)]
@@ -562,16 +586,17 @@ struct NumberedSettledRow {
 
 /// Settles many reservations in one statement, so one commit (and one hold
 /// of each account's lock) serves them all; each item is settled exactly as
-/// [`settle`] would. Answers in the items' order. Callers order the items by
-/// organization, so two batches never take two accounts' locks in opposite
-/// orders. `Err`: the statement failed and changed nothing; an item's own
-/// error (setting up its account afterwards) is that item's.
+/// [`settle`] would; answers in the items' order. `Err`: the statement
+/// failed and changed nothing; an item's own error (setting up its account
+/// afterwards) is that item's.
 pub async fn settle_many(
     conn: &mut AsyncPgConnection,
-    items: &[SettleItem<'_>],
+    items: &[SettleItem],
 ) -> Result<Vec<Result<Option<Settled>, DbError>>, DbError> {
+    let order = organization_order(items, |i| i.usage.org_id);
+    let items: Vec<&SettleItem> = order.iter().map(|&i| &items[i]).collect();
     let tools: Vec<Value> = items.iter().map(|i| json!(i.usage.tools_used)).collect();
-    let mut rows: Vec<NumberedSettledRow> = diesel::sql_query(
+    let rows: Vec<NumberedSettledRow> = diesel::sql_query(
         "SELECT x.ord, s.outcome, s.from_included, s.from_purchased, s.overage, s.bucket,
                 s.remaining_milli, s.credits_remaining, s.overage_enabled, s.overage_credits,
                 s.overage_rate_micros, s.events_recorded
@@ -629,17 +654,17 @@ pub async fn settle_many(
     )
     .load(conn)
     .await?;
-    rows.sort_by_key(|r| r.ord);
     let mut settled = Vec::with_capacity(items.len());
     for (item, numbered) in items.iter().zip(rows) {
-        settled.push(if numbered.row.outcome == "setup" {
+        let outcome = if numbered.row.outcome == "setup" {
             // A new period or a new account: the single path sets it up.
-            settle(conn, item.id, &item.charge, item.multiplier, item.usage).await
+            settle(conn, item.id, &item.charge, item.multiplier, &item.usage).await
         } else {
             Ok(settled_from(numbered.row, &item.charge, item.multiplier))
-        });
+        };
+        settled.push((numbered.ord, outcome));
     }
-    Ok(settled)
+    Ok(in_item_order(&order, settled))
 }
 
 /// The answer of `unigen_settle` as a [`Settled`]; `None` unless `ok`.
@@ -844,4 +869,19 @@ pub async fn change_plan(
     )
     .await?;
     Ok(updated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_run_in_organization_order_and_answer_in_item_order() {
+        let orgs = [Uuid::from_u128(3), Uuid::from_u128(1), Uuid::from_u128(2)];
+        let order = organization_order(&orgs, |o| *o);
+        assert_eq!(order, vec![1, 2, 0]);
+        // Answers come back numbered in run order: org 1, 2, 3.
+        let answers = in_item_order(&order, vec![(2, "two"), (1, "one"), (3, "three")]);
+        assert_eq!(answers, vec!["three", "one", "two"]);
+    }
 }
