@@ -3,7 +3,6 @@
 
 mod auth;
 mod batched;
-mod billing_batches;
 pub mod cli;
 mod error;
 mod job_reads;
@@ -87,7 +86,16 @@ pub async fn spawn(
         shutdown.clone(),
     );
     let (job_reads, job_reads_task) = job_reads::JobReader::spawn(pool.clone());
-    let (billing, reserve_task, settle_task) = billing_batches::BillingBatches::spawn(pool.clone());
+    let metering_lease = Duration::from_secs(settings.metering.lease_seconds.max(3));
+    let metering_idle = Duration::from_millis(settings.metering.idle_ms.max(10));
+    let (slots, slots_task) = metering::slots::Slots::spawn(
+        pool.clone(),
+        metering_lease,
+        metering_idle,
+        settings.metering.lease_slots_from.max(1),
+    );
+    let (allowances, allowances_task, settle_task) =
+        metering::allowances::Allowances::spawn(pool.clone(), metering_lease, metering_idle);
     let (keys, keys_task) = key_cache::KeyCache::spawn(
         Duration::from_secs(settings.http.key_cache_seconds),
         hub.clone(),
@@ -153,7 +161,8 @@ pub async fn spawn(
         job_reads,
         keys,
         rate: Arc::default(),
-        billing,
+        slots: slots.clone(),
+        allowances: allowances.clone(),
         notifier,
         catalogue,
         legacy_models: Arc::new(settings.legacy_models.clone()),
@@ -232,6 +241,12 @@ pub async fn spawn(
                 "agent runs still running at shutdown"
             );
         }
+        // No request is left: what this process held goes back.
+        slots.close().await;
+        allowances.close().await;
+        slots_task.abort();
+        allowances_task.abort();
+        drop(allowances);
         hub_task.abort();
         job_reads_task.abort();
         keys_task.abort();
@@ -240,7 +255,6 @@ pub async fn spawn(
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             let _ = notifier_task.await;
             let _ = submitter_task.await;
-            let _ = reserve_task.await;
             let _ = settle_task.await;
         })
         .await;

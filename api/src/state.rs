@@ -23,8 +23,10 @@ pub struct AppState {
     pub keys: crate::key_cache::KeyCache,
     /// The plan's request rate per key, taken in blocks.
     pub rate: Arc<crate::rate_limit::RateLimiter>,
-    /// Batched reservations and settlements of sync requests.
-    pub billing: crate::billing_batches::BillingBatches,
+    /// Concurrency slots, leased in blocks and counted in memory.
+    pub slots: crate::metering::slots::Slots,
+    /// Credits and quota of sync requests, held in blocks per organization.
+    pub allowances: crate::metering::allowances::Allowances,
     /// Batched re-reads for requests waiting on jobs.
     pub job_reads: crate::job_reads::JobReader,
     pub notifier: Notifier,

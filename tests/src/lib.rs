@@ -208,6 +208,9 @@ impl TestApp {
         // Tests change plans and keys with SQL and expect the very next
         // request to see it; the cache's own tests turn it on.
         settings.http.key_cache_seconds = 0;
+        // Blocks of credits an API process holds for sync requests go back
+        // soon after the last request, so tests see settled balances.
+        settings.metering.idle_ms = 10;
         // Webhook receivers in tests listen on loopback over plain http.
         settings.webhooks.allow_private_addresses = true;
         let mut whisper_child = None;

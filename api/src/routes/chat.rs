@@ -99,7 +99,6 @@ async fn reserve_tokens(
     };
     Ok(ChatMeter {
         reservation: Some(reservation),
-        pool: state.pool.clone(),
         model: model.clone(),
         multiplier,
         tools_used: if params.web_search {
@@ -116,7 +115,6 @@ async fn reserve_tokens(
 /// (client gone) is charged for what was generated until then.
 struct ChatMeter {
     reservation: Option<SyncReservation>,
-    pool: unigen_shared::db::PgPool,
     model: ModelEntry,
     multiplier: f64,
     tools_used: Vec<String>,
@@ -147,7 +145,7 @@ impl ChatMeter {
 
     async fn release(&mut self) {
         if let Some(reservation) = self.reservation.take() {
-            reservation.release(&self.pool).await;
+            reservation.release().await;
         }
     }
 }
@@ -159,7 +157,6 @@ impl Drop for ChatMeter {
         };
         let mut rest = ChatMeter {
             reservation: Some(reservation),
-            pool: self.pool.clone(),
             model: self.model.clone(),
             multiplier: self.multiplier,
             tools_used: std::mem::take(&mut self.tools_used),

@@ -48,7 +48,7 @@ pub async fn create_embeddings(
     let reservation =
         SyncReservation::reserve(&state, &caller, "/v1/embeddings", &model.id, &estimate).await?;
     if let Err(err) = state.local.simulate_conditions().await {
-        reservation.release(&state.pool).await;
+        reservation.release().await;
         return Err(ApiError::GenerationFailed(err.to_string()));
     }
     let data: Vec<_> = inputs

@@ -31,6 +31,8 @@ pub struct Settings {
     #[serde(default)]
     pub webhooks: crate::webhooks::WebhookSettings,
     pub local_provider: LocalProviderSettings,
+    /// `[metering]`: how API processes hold concurrency slots and credits.
+    pub metering: MeteringSettings,
     #[serde(default)]
     pub upstreams: std::collections::BTreeMap<String, UpstreamSettings>,
     /// Legacy `/ai-image` model names -> catalogue ids.
@@ -246,6 +248,18 @@ pub struct KnowledgeSettings {
     /// After a transient failure (an upstream down, storage unreadable) the
     /// file is retried this long times the attempt number later.
     pub retry_delay_seconds: u64,
+}
+
+/// `[metering]`: `lease_seconds` (how long slots and allowances an API
+/// process holds outlive it if it dies; renewed every third of it),
+/// `idle_ms` (unused slots and idle allowances are given back after this),
+/// `lease_slots_from` (plans with at least this many concurrent requests
+/// are served from leased blocks of slots; smaller ones a row per request).
+#[derive(Debug, Clone, Deserialize)]
+pub struct MeteringSettings {
+    pub lease_seconds: u64,
+    pub idle_ms: u64,
+    pub lease_slots_from: i32,
 }
 
 /// `[local_provider]`: `latency_ms`, `failure_rate`.

@@ -327,6 +327,65 @@ async fn concurrent_requests_beyond_the_plan_are_refused_and_the_slot_is_freed()
 
 const HELD_SLOTS: &str = "SELECT count(*) FROM concurrency_slots WHERE holder IS NOT NULL";
 
+/// Plans with many concurrent requests (`metering.lease_slots_from` and up)
+/// are served from blocks of slots each API process leases: over two
+/// processes no more than the limit run at once, refusals are 429s, and
+/// the blocks go back once the processes are idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leased_slot_blocks_never_exceed_the_limit_over_two_processes_and_go_back() {
+    const LIMIT: usize = 32;
+    let mut app = TestApp::spawn_with(TestOptions::default().without_worker().configure(|s| {
+        s.local_provider.latency_ms = 1_500;
+        s.metering.idle_ms = 300;
+        s.metering.lease_slots_from = 32;
+    }))
+    .await;
+    app.sql(&format!(
+        "UPDATE plans SET concurrent_requests = {LIMIT}, rate_limit_per_minute = 100000 WHERE code = 'pro'"
+    ))
+    .await;
+    let other_api = app.spawn_extra_api().await;
+    // Slow embeddings (the local provider's latency), more than the limit,
+    // arriving over both processes.
+    let requests: Vec<_> = (0..LIMIT + 16)
+        .map(|i| {
+            let base = if i % 2 == 0 {
+                &app.base_url
+            } else {
+                &other_api
+            };
+            tokio::spawn(
+                app.client
+                    .post(format!("{base}/api/v1/embeddings"))
+                    .bearer_auth(&app.key)
+                    .json(&json!({"input": format!("text {i}")}))
+                    .send(),
+            )
+        })
+        .collect();
+    let mut admitted = 0;
+    let mut refused = 0;
+    for request in requests {
+        let response = request.await.expect("request task").expect("POST");
+        match response.status().as_u16() {
+            200 => admitted += 1,
+            429 => refused += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    // Each process may hold a few leased slots it is not using (at most an
+    // eighth of the limit per block), which the other cannot take.
+    assert!(admitted <= LIMIT, "admitted {admitted} of {LIMIT}");
+    assert!(admitted >= LIMIT - LIMIT / 4, "admitted only {admitted}");
+    assert_eq!(admitted + refused, LIMIT + 16);
+    wait_for_scalar(&app, HELD_SLOTS, 0, "idle blocks are given back").await;
+    // And with every slot free again, the next request passes.
+    let response = app
+        .post_json("/api/v1/embeddings", &app.key, &json!({"input": "after"}))
+        .await;
+    assert_eq!(response.status(), 200);
+}
+
 /// The slot is released before the response goes out, not after: a row lock
 /// taken by the test holds the release back, and with it the response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

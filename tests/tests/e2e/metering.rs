@@ -65,6 +65,26 @@ async fn scalar(app: &TestApp, sql: &str) -> i64 {
     app.db.scalar_i64(sql).await
 }
 
+/// Waits until the API processes have given back the blocks of credits
+/// they held for sync requests (`metering.idle_ms` after the last one).
+async fn allowances_given_back(app: &TestApp, org: Uuid) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let sql = format!(
+        "SELECT count(*) FROM reservations WHERE org_id = '{org}' AND expires_at IS NOT NULL"
+    );
+    loop {
+        let held = scalar(app, &sql).await;
+        if held == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{held} blocks of credits still held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn png_data_uri() -> String {
     let image = image::RgbImage::from_fn(32, 32, |x, y| image::Rgb([x as u8 * 8, y as u8 * 8, 90]));
     let mut bytes = std::io::Cursor::new(Vec::new());
@@ -741,6 +761,7 @@ async fn the_ledger_balances_after_a_random_workload() {
     for id in &jobs {
         app.wait_for_job(id, WAIT).await;
     }
+    allowances_given_back(&app, app.org_id).await;
     assert_ledger_balances(&app, app.org_id).await;
     let (_, _, reserved, _) = credits_state(&app, app.org_id).await;
     assert_eq!(reserved, 0, "nothing left held");
@@ -811,6 +832,7 @@ async fn concurrent_chat_completions_of_two_organizations_settle_exactly() {
     }
 
     for (index, org) in [app.org_id, other_org].into_iter().enumerate() {
+        allowances_given_back(&app, org).await;
         let (included, purchased, reserved, _) = credits_state(&app, org).await;
         let (included_before, purchased_before, _, _) = before[index];
         assert_eq!(
@@ -831,4 +853,73 @@ async fn concurrent_chat_completions_of_two_organizations_settle_exactly() {
     }
     let open = scalar(&app, "SELECT count(*) FROM reservations").await;
     assert_eq!(open, 0, "every reservation settled");
+}
+
+/// Sync requests are admitted from blocks of credits each API process holds
+/// (allowances, one reservation row each): a burst over two processes
+/// against an account with little left is charged exactly what the answers
+/// say, never runs into overage it has not enabled, and every block goes
+/// back once the processes are idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_over_two_api_processes_never_overdraws_and_the_blocks_go_back() {
+    let mut app = TestApp::spawn_with(
+        TestOptions::default()
+            .without_worker()
+            .configure(|s| s.metering.idle_ms = 300),
+    )
+    .await;
+    app.sql("UPDATE plans SET included_credits = 25, concurrent_requests = 500, rate_limit_per_minute = 100000 WHERE code = 'pro'")
+        .await;
+    touch_account(&app, &app.key).await;
+    let other_api = app.spawn_extra_api().await;
+    let body =
+        json!({"messages": [{"role": "user", "content": "count to three"}], "max_tokens": 16});
+    let requests = (0..120).map(|i| {
+        let base = if i % 2 == 0 {
+            &app.base_url
+        } else {
+            &other_api
+        };
+        let request = app
+            .client
+            .post(format!("{base}/api/v1/chat/completions"))
+            .bearer_auth(&app.key)
+            .json(&body)
+            .send();
+        async move { json_of(request.await.expect("POST")).await }
+    });
+    let answers = join_all(requests).await;
+    let mut charged = 0;
+    let mut refused = 0;
+    for (status, body) in &answers {
+        match status {
+            200 => charged += body["usage"]["credits_used"].as_i64().unwrap(),
+            402 => {
+                assert_eq!(
+                    body["error"]["message"], "Quota exceeded for credits",
+                    "{body}"
+                );
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert!(
+        charged > 0 && refused > 0,
+        "charged {charged}, refused {refused}"
+    );
+
+    allowances_given_back(&app, app.org_id).await;
+    let (included, purchased, reserved, overage) = credits_state(&app, app.org_id).await;
+    assert_eq!(25 - included, charged, "paid what the answers said");
+    assert!(included >= 0, "never below zero: {included}");
+    assert_eq!((purchased, reserved, overage), (0, 0, 0));
+    assert_ledger_balances(&app, app.org_id).await;
+    let records = scalar(
+        &app,
+        "SELECT count(*) FROM usage_records WHERE endpoint = '/v1/chat/completions' AND status = 'success'",
+    )
+    .await;
+    assert_eq!(records as usize, answers.len() - refused);
+    assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 0);
 }

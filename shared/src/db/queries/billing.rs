@@ -441,6 +441,322 @@ pub async fn reserve_more(
     })
 }
 
+/// Credits and bucket units (thousandths) together: what an allowance
+/// holds, or what a request needs from one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Amount {
+    pub credits: i64,
+    pub milli: i64,
+}
+
+impl Amount {
+    pub fn fits_in(self, other: Amount) -> bool {
+        self.credits <= other.credits && self.milli <= other.milli
+    }
+}
+
+impl std::ops::Add for Amount {
+    type Output = Amount;
+    fn add(self, other: Amount) -> Amount {
+        Amount {
+            credits: self.credits + other.credits,
+            milli: self.milli + other.milli,
+        }
+    }
+}
+
+impl std::ops::Sub for Amount {
+    type Output = Amount;
+    fn sub(self, other: Amount) -> Amount {
+        Amount {
+            credits: self.credits - other.credits,
+            milli: self.milli - other.milli,
+        }
+    }
+}
+
+/// A resize of an API process's allowance (see migration
+/// `2026-11-25-000200_allowances`): it will hold `keep + need + extra`,
+/// `extra` cut to an eighth of what would be left.
+pub struct AllowanceGrowth {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub bucket: Option<Bucket>,
+    /// What requests admitted from it still hold.
+    pub keep: Amount,
+    /// What the request being admitted needs (refused if it does not fit).
+    pub need: Amount,
+    /// What the process would like beyond that.
+    pub extra: Amount,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What [`grow_allowance`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Grown {
+    /// The allowance now holds this much in the period `[start, end)`.
+    Held {
+        held: Amount,
+        period_start: DateTime<Utc>,
+        period_end: DateTime<Utc>,
+    },
+    /// The allowance belongs to an ended period: start another.
+    Stale,
+    /// The request does not fit, even with the allowance's free part.
+    Refused(Refusal),
+}
+
+#[derive(QueryableByName)]
+struct GrownRow {
+    #[diesel(embed)]
+    reserved: Reserved,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    held_credits: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    held_milli: Option<i64>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    held_period_start: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    held_period_end: Option<DateTime<Utc>>,
+}
+
+/// Resizes an allowance for a request that needs more than its free part
+/// (`unigen_allowance_grow`, one statement unless the account must first be
+/// created or rolled over).
+pub async fn grow_allowance(
+    conn: &mut AsyncPgConnection,
+    growth: &AllowanceGrowth,
+) -> Result<Grown, DbError> {
+    let bucket = growth.bucket.map(|b| b.as_str());
+    let call = async |conn: &mut AsyncPgConnection| -> Result<GrownRow, DbError> {
+        Ok(diesel::sql_query(
+            "SELECT outcome, remaining, hard_limit, held_credits, held_milli, held_period_start,
+                    held_period_end
+               FROM unigen_allowance_grow($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind::<SqlUuid, _>(growth.id)
+        .bind::<SqlUuid, _>(growth.org_id)
+        .bind::<Nullable<Text>, _>(bucket)
+        .bind::<BigInt, _>(growth.keep.credits)
+        .bind::<BigInt, _>(growth.keep.milli)
+        .bind::<BigInt, _>(growth.need.credits)
+        .bind::<BigInt, _>(growth.need.milli)
+        .bind::<BigInt, _>(growth.extra.credits)
+        .bind::<BigInt, _>(growth.extra.milli)
+        .bind::<Timestamptz, _>(growth.expires_at)
+        .get_result(conn)
+        .await?)
+    };
+    let mut row = call(conn).await?;
+    if row.reserved.outcome == "setup" {
+        setup_account(conn, growth.org_id).await?;
+        row = call(conn).await?;
+    }
+    match row.reserved.outcome.as_str() {
+        "ok" => match (
+            row.held_credits,
+            row.held_milli,
+            row.held_period_start,
+            row.held_period_end,
+        ) {
+            (Some(credits), Some(milli), Some(period_start), Some(period_end)) => Ok(Grown::Held {
+                held: Amount { credits, milli },
+                period_start,
+                period_end,
+            }),
+            _ => Err(unexpected_answer(
+                "unigen_allowance_grow answered ok without the hold".into(),
+            )),
+        },
+        "stale" => Ok(Grown::Stale),
+        _ => match reservation_outcome(row.reserved, bucket)? {
+            Err(refusal) => Ok(Grown::Refused(refusal)),
+            Ok(()) => Err(unexpected_answer(
+                "unigen_allowance_grow answered an unknown outcome".into(),
+            )),
+        },
+    }
+}
+
+/// Gives back what an allowance holds beyond `keep`; with nothing kept its
+/// row goes (`unigen_allowance_shrink`).
+pub async fn shrink_allowance(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    keep: Amount,
+) -> Result<(), DbError> {
+    diesel::sql_query("SELECT unigen_allowance_shrink($1, $2, $3)")
+        .bind::<SqlUuid, _>(id)
+        .bind::<BigInt, _>(keep.credits)
+        .bind::<BigInt, _>(keep.milli)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Moves the expiry of live reservations (an API process's allowances) on;
+/// answers the ids that still exist (a missing one expired and was
+/// released).
+pub async fn renew_reservations(
+    conn: &mut AsyncPgConnection,
+    ids: &[Uuid],
+    expires_at: DateTime<Utc>,
+) -> Result<Vec<Uuid>, DbError> {
+    Ok(
+        diesel::update(reservations::table.filter(reservations::id.eq_any(ids)))
+            .set(reservations::expires_at.eq(expires_at))
+            .returning(reservations::id)
+            .get_results(conn)
+            .await?,
+    )
+}
+
+/// One request admitted from an allowance, for [`settle_shares`]: charged
+/// `charge` (nothing when its usage record is not a success), out of the
+/// `hold` it took from allowance `allowance_id`.
+pub struct ShareItem {
+    pub allowance_id: Uuid,
+    pub period_start: DateTime<Utc>,
+    pub bucket: Option<Bucket>,
+    pub hold: Amount,
+    pub charge: Charge,
+    pub multiplier: f64,
+    /// Its `id` is the request's; its `org_id` orders the batch.
+    pub usage: UsageRecord,
+}
+
+/// Settles requests admitted from allowances in one statement: each
+/// organization's account is locked and updated once, the ledger rows and
+/// usage records inserted in one go (`unigen_settle_shares`). Answers in the
+/// items' order. `Err`: the statement failed and changed nothing; an item's
+/// own error (setting up its account afterwards) is that item's.
+pub async fn settle_shares(
+    conn: &mut AsyncPgConnection,
+    items: &[ShareItem],
+) -> Result<Vec<Result<Settled, DbError>>, DbError> {
+    let all: Vec<&ShareItem> = items.iter().collect();
+    let mut answers: Vec<Option<Result<Settled, DbError>>> =
+        (0..items.len()).map(|_| None).collect();
+    let mut setup: Vec<usize> = Vec::new();
+    for (index, row) in settle_shares_once(conn, &all)
+        .await?
+        .into_iter()
+        .enumerate()
+    {
+        if row.outcome == "setup" {
+            setup.push(index);
+        } else {
+            answers[index] = Some(share_settled(row, &items[index]));
+        }
+    }
+    // A new account or period: set it up, then settle those items again.
+    let mut orgs: Vec<Uuid> = setup.iter().map(|&i| items[i].usage.org_id).collect();
+    orgs.sort_unstable();
+    orgs.dedup();
+    for org in orgs {
+        let indexes: Vec<usize> = setup
+            .iter()
+            .copied()
+            .filter(|&i| items[i].usage.org_id == org)
+            .collect();
+        let subset: Vec<&ShareItem> = indexes.iter().map(|&i| &items[i]).collect();
+        let retried = match setup_account(conn, org).await {
+            Ok(()) => settle_shares_once(conn, &subset).await,
+            Err(err) => Err(err),
+        };
+        match retried {
+            Ok(rows) => {
+                for (&i, row) in indexes.iter().zip(rows) {
+                    answers[i] = Some(share_settled(row, &items[i]));
+                }
+            }
+            Err(err) => {
+                let message = err.to_string();
+                for &i in &indexes {
+                    answers[i] = Some(Err(unexpected_answer(message.clone())));
+                }
+            }
+        }
+    }
+    Ok(answers
+        .into_iter()
+        .map(|answer| answer.unwrap_or_else(|| Err(unexpected_answer("no answer".into()))))
+        .collect())
+}
+
+fn share_settled(row: SettledRow, item: &ShareItem) -> Result<Settled, DbError> {
+    let outcome = row.outcome.clone();
+    settled_from(row, &item.charge, item.multiplier)
+        .ok_or_else(|| unexpected_answer(format!("unigen_settle_shares answered `{outcome}`")))
+}
+
+/// A database answer the code does not expect (an outcome no function gives).
+fn unexpected_answer(message: String) -> DbError {
+    DbError::Query(diesel::result::Error::DeserializationError(message.into()))
+}
+
+/// One call of `unigen_settle_shares`: a row per item, in the items' order.
+async fn settle_shares_once(
+    conn: &mut AsyncPgConnection,
+    items: &[&ShareItem],
+) -> Result<Vec<SettledRow>, DbError> {
+    let column = |f: &dyn Fn(&ShareItem) -> i64| items.iter().map(|i| f(i)).collect::<Vec<_>>();
+    let texts = |f: &dyn Fn(&ShareItem) -> &str| {
+        items
+            .iter()
+            .map(|i| f(i).to_owned())
+            .collect::<Vec<String>>()
+    };
+    let rows: Vec<NumberedSettledRow> = diesel::sql_query(
+        "SELECT ord, outcome, from_included, from_purchased, overage, bucket, remaining_milli,
+                credits_remaining, overage_enabled, overage_credits, overage_rate_micros,
+                events_recorded
+           FROM unigen_settle_shares($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                     $15, $16, $17, $18)",
+    )
+    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.allowance_id).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.usage.org_id).collect::<Vec<_>>())
+    .bind::<Array<Timestamptz>, _>(items.iter().map(|i| i.period_start).collect::<Vec<_>>())
+    .bind::<Array<Nullable<Text>>, _>(
+        items
+            .iter()
+            .map(|i| i.bucket.map(|b| b.as_str()))
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<BigInt>, _>(column(&|i| i.hold.credits))
+    .bind::<Array<BigInt>, _>(column(&|i| i.hold.milli))
+    .bind::<Array<BigInt>, _>(column(&|i| i.charge.credits))
+    .bind::<Array<BigInt>, _>(column(&|i| i.charge.bucket_milli))
+    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.usage.id).collect::<Vec<_>>())
+    .bind::<Array<Nullable<SqlUuid>>, _>(
+        items.iter().map(|i| i.usage.api_key_id).collect::<Vec<_>>(),
+    )
+    .bind::<Array<Text>, _>(texts(&|i| &i.usage.endpoint))
+    .bind::<Array<Text>, _>(texts(&|i| &i.usage.method))
+    .bind::<Array<Text>, _>(texts(&|i| &i.usage.model))
+    .bind::<Array<BigInt>, _>(column(&|i| i.usage.latency_ms))
+    .bind::<Array<Text>, _>(texts(&|i| &i.usage.status))
+    .bind::<Array<Jsonb>, _>(
+        items
+            .iter()
+            .map(|i| json!(i.usage.tools_used))
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<BigInt>, _>(column(&|i| i.usage.prompt_tokens))
+    .bind::<Array<BigInt>, _>(column(&|i| i.usage.completion_tokens))
+    .load(conn)
+    .await?;
+    if rows.len() != items.len() {
+        return Err(unexpected_answer(format!(
+            "unigen_settle_shares answered {} rows for {} items",
+            rows.len(),
+            items.len()
+        )));
+    }
+    // Rows come in item order (`ORDER BY ord`).
+    Ok(rows.into_iter().map(|numbered| numbered.row).collect())
+}
+
 /// Creates the account or rolls its period over (the functions answer
 /// `setup` for both), in a transaction of its own unless one is open.
 async fn setup_account(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<(), DbError> {

@@ -1,5 +1,7 @@
 //! Request-rate and concurrency limits, kept in PostgreSQL so they hold
-//! across every API process. Each check is one statement.
+//! across every API process. Each check is one statement. API processes
+//! take rate tokens and concurrency slots in blocks and count requests
+//! against them in memory (`api::rate_limit`, `api::metering::slots`).
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -135,4 +137,83 @@ pub async fn release_slot(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+#[derive(QueryableByName)]
+struct Leased {
+    #[diesel(sql_type = Integer)]
+    unigen_lease_slots: i32,
+}
+
+/// Leases up to `wanted` of the organization's free slots `1..=limit` to
+/// `holder` (an API process) until `lease` passes; the holder renews them
+/// while it lives ([`renew_slots`]). Empty: none is free.
+pub async fn lease_slots(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    limit: i32,
+    holder: Uuid,
+    wanted: i32,
+    lease: std::time::Duration,
+) -> Result<Vec<i32>, DbError> {
+    let rows: Vec<Leased> =
+        diesel::sql_query("SELECT unigen_lease_slots FROM unigen_lease_slots($1, $2, $3, $4, $5)")
+            .bind::<SqlUuid, _>(org_id)
+            .bind::<Integer, _>(limit)
+            .bind::<SqlUuid, _>(holder)
+            .bind::<Integer, _>(wanted.max(1))
+            .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+            .load(conn)
+            .await?;
+    Ok(rows.into_iter().map(|r| r.unigen_lease_slots).collect())
+}
+
+/// Frees slots of one organization that `holder` leased.
+pub async fn release_slots(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    slots: &[i32],
+    holder: Uuid,
+) -> Result<(), DbError> {
+    diesel::sql_query(
+        "UPDATE concurrency_slots SET holder = NULL, expires_at = NULL
+          WHERE org_id = $1 AND slot = ANY($2) AND holder = $3",
+    )
+    .bind::<SqlUuid, _>(org_id)
+    .bind::<diesel::sql_types::Array<Integer>, _>(slots)
+    .bind::<SqlUuid, _>(holder)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Extends the lease of slots `holder` still holds (`orgs[i]`, `slots[i]`);
+/// answers those it still held.
+pub async fn renew_slots(
+    conn: &mut AsyncPgConnection,
+    orgs: &[Uuid],
+    slots: &[i32],
+    holder: Uuid,
+    lease: std::time::Duration,
+) -> Result<Vec<(Uuid, i32)>, DbError> {
+    #[derive(QueryableByName)]
+    struct Renewed {
+        #[diesel(sql_type = SqlUuid)]
+        org_id: Uuid,
+        #[diesel(sql_type = Integer)]
+        slot: i32,
+    }
+    let rows: Vec<Renewed> = diesel::sql_query(
+        "UPDATE concurrency_slots s SET expires_at = now() + make_interval(secs => $4)
+           FROM unnest($1::uuid[], $2::int4[]) AS x(org_id, slot)
+          WHERE s.org_id = x.org_id AND s.slot = x.slot AND s.holder = $3
+         RETURNING s.org_id, s.slot",
+    )
+    .bind::<diesel::sql_types::Array<SqlUuid>, _>(orgs)
+    .bind::<diesel::sql_types::Array<Integer>, _>(slots)
+    .bind::<SqlUuid, _>(holder)
+    .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.org_id, r.slot)).collect())
 }

@@ -1,6 +1,9 @@
 //! Metering at the HTTP edge: concurrency slots for consuming requests,
-//! reservations of sync calls (chat, embeddings), and the `X-Credits-*` /
+//! allowances for sync calls (chat, embeddings), and the `X-Credits-*` /
 //! `X-Overage-*` response headers.
+
+pub mod allowances;
+pub mod slots;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,7 +16,7 @@ use actix_web::middleware::Next;
 use chrono::Utc;
 use unigen_shared::billing::{AccountSnapshot, Charge, Estimate, Settled};
 use unigen_shared::db::models::UsageRecord;
-use unigen_shared::db::queries::billing::{ReserveItem, SettleItem};
+use unigen_shared::db::queries::billing::Amount;
 use unigen_shared::db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
@@ -21,14 +24,10 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// How long a sync request may hold its reservation and its concurrency
-/// slot before they count as abandoned (a crashed API process).
-const SYNC_LEASE: Duration = Duration::from_secs(15 * 60);
-
 /// What the response's credit headers report, filled by the handler; and
-/// the concurrency slots the request is releasing, which the response
+/// the per-request concurrency slots being released, which the response
 /// waits for (a client that sends its next request once it has the answer
-/// must find the slot free).
+/// must find the slot free, whichever API process serves it).
 #[derive(Debug, Clone, Default)]
 pub struct ChargeSlot {
     charge: Arc<Mutex<Option<(i64, AccountSnapshot)>>>,
@@ -117,19 +116,45 @@ pub async fn credit_headers(
     Ok(response)
 }
 
+/// How long a per-request concurrency slot outlives a crashed API process.
+const SLOT_LEASE: Duration = Duration::from_secs(15 * 60);
+
 /// One of the organization's `concurrent_requests` slots, held for the
-/// duration of a consuming request and freed when dropped (before the
-/// response is sent, see [`credit_headers`]).
-pub struct ConcurrencySlot {
-    pool: PgPool,
-    org_id: Uuid,
-    slot: i32,
-    holder: Uuid,
-    charges: ChargeSlot,
+/// duration of a consuming request.
+///
+/// Below `metering.lease_slots_from` the slot is a row taken for this
+/// request and freed in the database before the response is sent: with a
+/// few slots, one held idle by another API process would refuse a client
+/// that is within its plan. From it up, the slot comes from a block this
+/// process leases (see [`slots`]): no round trip, free again the moment the
+/// request ends, and what a block holds unused is a small share of the limit.
+pub enum ConcurrencySlot {
+    PerRequest {
+        pool: PgPool,
+        org_id: Uuid,
+        slot: i32,
+        holder: Uuid,
+        charges: ChargeSlot,
+    },
+    Leased {
+        _guard: slots::SlotGuard,
+    },
 }
 
 impl ConcurrencySlot {
     pub async fn acquire(state: &AppState, caller: &Caller) -> Result<Self, ApiError> {
+        let refused = ApiError::RateLimited {
+            message: "Too many concurrent requests for this plan",
+            retry_after_seconds: 1,
+        };
+        if caller.concurrent_requests >= state.slots.lease_from() {
+            let slot = state
+                .slots
+                .acquire(caller.org_id, caller.concurrent_requests)
+                .await?
+                .ok_or(refused)?;
+            return Ok(Self::Leased { _guard: slot });
+        }
         let holder = Uuid::now_v7();
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
         let slot = queries::limits::acquire_slot(
@@ -137,14 +162,11 @@ impl ConcurrencySlot {
             caller.org_id,
             caller.concurrent_requests,
             holder,
-            SYNC_LEASE,
+            SLOT_LEASE,
         )
         .await?
-        .ok_or(ApiError::RateLimited {
-            message: "Too many concurrent requests for this plan",
-            retry_after_seconds: 1,
-        })?;
-        Ok(Self {
+        .ok_or(refused)?;
+        Ok(Self::PerRequest {
             pool: state.pool.clone(),
             org_id: caller.org_id,
             slot,
@@ -156,7 +178,17 @@ impl ConcurrencySlot {
 
 impl Drop for ConcurrencySlot {
     fn drop(&mut self) {
-        let (pool, org_id, slot, holder) = (self.pool.clone(), self.org_id, self.slot, self.holder);
+        let Self::PerRequest {
+            pool,
+            org_id,
+            slot,
+            holder,
+            charges,
+        } = self
+        else {
+            return;
+        };
+        let (pool, org_id, slot, holder) = (pool.clone(), *org_id, *slot, *holder);
         // Drop cannot wait: the release runs as a task that the middleware
         // awaits before sending the response (a streamed response is past
         // the middleware; its slot is freed in the background). A failure
@@ -171,16 +203,17 @@ impl Drop for ConcurrencySlot {
                 tracing::warn!(error = %err, "releasing a concurrency slot failed; it expires");
             }
         });
-        self.charges.track_release(release);
+        charges.track_release(release);
     }
 }
 
-/// A sync request's reservation: settled with what it actually used, or
-/// released when the request fails. An abandoned one expires (scheduler).
+/// A sync request's hold on its organization's credits and quota, taken
+/// from this process's allowance (see [`allowances`]): settled with what it
+/// actually used, or released when the request fails.
 pub struct SyncReservation {
     pub id: Uuid,
+    hold: allowances::Hold,
     notifier: unigen_shared::notify::Notifier,
-    billing: crate::billing_batches::BillingBatches,
     org_id: Uuid,
     key_id: Uuid,
     endpoint: &'static str,
@@ -196,23 +229,22 @@ impl SyncReservation {
         model: &str,
         estimate: &Estimate,
     ) -> Result<Self, ApiError> {
-        let id = Uuid::now_v7();
-        let expires_at = Utc::now() + SYNC_LEASE;
-        // One statement, atomic on its own, shared with the requests that
-        // reserve at the same moment.
-        state
-            .billing
-            .reserve(ReserveItem {
-                org_id: caller.org_id,
-                id,
-                estimate: estimate.clone(),
-                expires_at: Some(expires_at),
-            })
+        let (bucket, milli) = match estimate.bucket {
+            Some((bucket, milli)) => (Some(bucket), milli),
+            None => (None, 0),
+        };
+        let need = Amount {
+            credits: estimate.credits,
+            milli,
+        };
+        let hold = state
+            .allowances
+            .admit(caller.org_id, bucket, need)
             .await??;
         Ok(Self {
-            id,
+            id: Uuid::now_v7(),
+            hold,
             notifier: state.notifier.clone(),
-            billing: state.billing.clone(),
             org_id: caller.org_id,
             key_id: caller.key_id,
             endpoint,
@@ -240,8 +272,7 @@ impl SyncReservation {
         }
     }
 
-    /// Charges what the request used. `None`: the reservation had expired
-    /// and was released meanwhile (nothing is charged twice).
+    /// Charges what the request used; the answer waits for the commit.
     pub async fn settle(
         self,
         charge: &Charge,
@@ -250,31 +281,16 @@ impl SyncReservation {
         tools_used: Vec<String>,
     ) -> Result<Option<Settled>, DbError> {
         let record = self.record("success", tokens, tools_used);
-        let settled = self
-            .billing
-            .settle(SettleItem {
-                id: self.id,
-                charge: charge.clone(),
-                multiplier,
-                usage: record,
-            })
-            .await?;
-        if settled.as_ref().is_some_and(|s| s.events_recorded) {
+        let settled = self.hold.settle(charge, multiplier, record).await?;
+        if settled.events_recorded {
             self.notifier.events_recorded();
         }
-        Ok(settled)
+        Ok(Some(settled))
     }
 
-    /// Gives everything back (the request failed).
-    pub async fn release(self, pool: &PgPool) {
+    /// Gives everything back (the request failed) and records its usage row.
+    pub async fn release(self) {
         let record = self.record("failed", (0, 0), Vec::new());
-        let result = async {
-            let mut conn = pool.get().await?;
-            queries::billing::release(&mut conn, self.id, Some(record)).await
-        }
-        .await;
-        if let Err(err) = result {
-            tracing::warn!(error = %err, reservation = %self.id, "releasing a reservation failed; it expires");
-        }
+        self.hold.release(record).await;
     }
 }
