@@ -12,7 +12,7 @@ use unigen_shared::db::models::Job;
 use unigen_shared::db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
-use crate::batched::Batched;
+use unigen_shared::batched::Batched;
 
 /// Largest batch: keeps each query's parameter list and result modest.
 const MAX_BATCH: usize = 500;

@@ -2,7 +2,6 @@
 //! long polls, file serving, health, metrics and OpenAPI.
 
 mod auth;
-mod batched;
 pub mod cli;
 mod error;
 mod job_reads;

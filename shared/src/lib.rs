@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod artifacts;
 pub mod batch;
+pub mod batched;
 pub mod billing;
 pub mod chat;
 pub mod config;

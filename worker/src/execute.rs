@@ -1,15 +1,15 @@
 //! Running one claimed job: lease renewal, cancellation, settlement.
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use unigen_shared::db::models::Job;
 use unigen_shared::db::{DbError, queries};
 use unigen_shared::domain::{JobStatus, Tool};
-use unigen_shared::{billing, events};
+use unigen_shared::events;
 use uuid::Uuid;
 
 use crate::WorkerContext;
+use crate::finish::{Finish, Terminal};
 use crate::registry::{self, ToolOutput};
 
 /// Reports progress (0..99; 100 is written with the result).
@@ -135,66 +135,26 @@ async fn settle(
     duration_ms: i64,
     settlement: Settlement<'_>,
 ) -> Option<bool> {
-    let (id, attempt) = (job.id, job.attempt);
-    let event = match &settlement {
-        Settlement::Complete(output) => {
-            events::generation_completed(job, &output.output, duration_ms, &context.signer)
-        }
-        Settlement::Fail(message) => {
-            events::generation_failed(job.org_id, id, &job.tool, &job.model, message)
-        }
+    let id = job.id;
+    let (terminal, event) = match settlement {
+        Settlement::Complete(output) => (
+            Terminal::Complete {
+                output: output.output.clone(),
+                actual_credits: output.actual_credits,
+            },
+            events::generation_completed(job, &output.output, duration_ms, &context.signer),
+        ),
+        Settlement::Fail(message) => (
+            Terminal::Fail(message.to_owned()),
+            events::generation_failed(job.org_id, id, &job.tool, &job.model, message),
+        ),
     };
-    let result = async {
-        let mut pooled = context.pool.get().await.map_err(DbError::from)?;
-        let conn: &mut AsyncPgConnection = &mut pooled;
-        // The result and its event commit together, or neither does.
-        conn.transaction::<_, DbError, _>(async |conn| {
-            let written = match settlement {
-                Settlement::Complete(output) => {
-                    queries::jobs::complete(
-                        conn,
-                        id,
-                        attempt,
-                        &output.output,
-                        output.actual_credits,
-                    )
-                    .await?
-                }
-                Settlement::Fail(message) => {
-                    queries::jobs::fail(conn, id, attempt, message).await?
-                }
-            };
-            if !written {
-                return Ok(false);
-            }
-            queries::events::insert(conn, &event).await?;
-            // Billing goes last: it locks the organization's billing row,
-            // held from here to the commit. The charge commits with the
-            // result (completed means charged, exactly once); a failed job
-            // consumes nothing.
-            match settlement {
-                Settlement::Complete(output) => {
-                    let (charge, multiplier) =
-                        billing::job_charge(job, &output.output, output.actual_credits);
-                    let record = billing::job_usage_record(job, "success");
-                    if let Some(settled) =
-                        queries::billing::settle(conn, id, &charge, multiplier, &record).await?
-                    {
-                        let usage = billing::usage_object(&settled);
-                        queries::jobs::set_usage(conn, id, &usage).await?;
-                    }
-                }
-                Settlement::Fail(_) => {
-                    let record = billing::job_usage_record(job, "failed");
-                    queries::billing::release(conn, id, Some(record)).await?;
-                }
-            }
-            Ok(true)
-        })
-        .await
-    }
-    .await;
-    match result {
+    let finish = Finish {
+        job: job.clone(),
+        terminal,
+        event,
+    };
+    match context.finisher.finish(finish).await {
         Ok(written) => {
             context.notifier.job_changed(id);
             if written {

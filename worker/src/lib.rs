@@ -4,6 +4,7 @@
 mod consumer;
 mod error;
 mod execute;
+mod finish;
 mod knowledge;
 mod metrics;
 mod registry;
@@ -47,6 +48,8 @@ pub(crate) struct WorkerContext {
     pub topology: Topology,
     pub concurrency: usize,
     pub metrics: Arc<metrics::WorkerMetrics>,
+    /// Terminal writes, batched when jobs finish together.
+    pub finisher: finish::Finisher,
 }
 
 /// What a worker consumes: job queues of public tools and, when `knowledge`
@@ -99,6 +102,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         settings.notify.channel.clone(),
         listener_stop.clone(),
     );
+    let (finisher, _finisher_task) = finish::Finisher::spawn(pool.clone());
     let context = Arc::new(WorkerContext {
         pool,
         store: build_store(&settings.storage),
@@ -127,6 +131,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         topology: Topology::new(&settings.rabbitmq),
         concurrency: settings.worker.concurrency,
         metrics: Arc::new(metrics::WorkerMetrics::new().context("registering metrics")?),
+        finisher,
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
     // Bound to a name: the endpoint stops when `run` ends or is dropped.

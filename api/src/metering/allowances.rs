@@ -27,7 +27,7 @@ use unigen_shared::db::queries::billing::{self, AllowanceGrowth, Amount, Grown, 
 use unigen_shared::db::{DbError, PgPool};
 use uuid::Uuid;
 
-use crate::batched::Batched;
+use unigen_shared::batched::Batched;
 
 /// Largest settlement batch: bounds the statement and how long each
 /// account lock is held.

@@ -5,12 +5,18 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use uuid::Uuid;
 
 use crate::batch::Batcher;
+use crate::batched::Batched;
 use crate::billing::{Estimate, Refusal};
 use crate::config::ModelEntry;
 use crate::db::models::{Job, NewJob};
+use crate::db::queries::billing::ReserveItem;
 use crate::db::{DbError, PgPool, queries};
 use crate::domain::Tool;
 use crate::queue::{JobMessage, Publisher};
+
+/// Largest submission batch: bounds the statement and how long its locks
+/// are held.
+const MAX_BATCH: usize = 200;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
@@ -31,17 +37,49 @@ pub struct NewJobRequest<'a> {
     pub estimate: Estimate,
 }
 
+/// A job to persist, owned so that a batch task can write it.
+struct Pending {
+    id: Uuid,
+    org_id: Uuid,
+    api_key_id: Uuid,
+    tool: Tool,
+    model: String,
+    model_tier: &'static str,
+    input_params: serde_json::Value,
+    estimate: Estimate,
+}
+
+impl Pending {
+    fn new_job(&self) -> NewJob<'_> {
+        NewJob {
+            id: self.id,
+            org_id: self.org_id,
+            api_key_id: self.api_key_id,
+            tool: self.tool.as_str(),
+            model: &self.model,
+            model_tier: self.model_tier,
+            input_params: &self.input_params,
+            estimated_credits: self.estimate.credits,
+        }
+    }
+}
+
+type Persisted = Result<Job, Refusal>;
+
 /// Persists jobs and hands them to the broker.
 #[derive(Clone)]
 pub struct JobSubmitter {
     pool: PgPool,
     publisher: Arc<Publisher>,
     confirmed: Batcher<Uuid>,
+    submissions: Batched<Arc<Pending>, Persisted>,
 }
 
 impl JobSubmitter {
     /// `confirmed` marks batches of broker-confirmed jobs as enqueued, one
-    /// UPDATE per few milliseconds instead of one per job.
+    /// UPDATE per few milliseconds instead of one per job. Submissions that
+    /// arrive together are persisted in one transaction (see [`persist`]).
+    /// The tasks end with the last clone.
     pub fn new(pool: PgPool, publisher: Arc<Publisher>) -> (Self, tokio::task::JoinHandle<()>) {
         let flush_pool = pool.clone();
         let (confirmed, handle) = Batcher::spawn(
@@ -63,11 +101,24 @@ impl JobSubmitter {
                 }
             },
         );
+        let batch_pool = pool.clone();
+        let (submissions, _) = Batched::spawn(MAX_BATCH, 1, move |items: Vec<Arc<Pending>>| {
+            let pool = batch_pool.clone();
+            async move {
+                persist(&pool, &items)
+                    .await
+                    .map_err(|err| {
+                        tracing::warn!(error = %err, jobs = items.len(), "batched submissions failed; one by one instead");
+                    })
+                    .ok()
+            }
+        });
         (
             Self {
                 pool,
                 publisher,
                 confirmed,
+                submissions,
             },
             handle,
         )
@@ -76,32 +127,24 @@ impl JobSubmitter {
     /// The job is durable once this returns; publishing is best effort here
     /// and guaranteed by the scheduler's relay.
     pub async fn submit(&self, request: NewJobRequest<'_>) -> Result<Job, SubmitError> {
-        let id = Uuid::now_v7();
-        let new = NewJob {
-            id,
+        let pending = Arc::new(Pending {
+            id: Uuid::now_v7(),
             org_id: request.org_id,
             api_key_id: request.api_key_id,
-            tool: request.tool.as_str(),
-            model: &request.model.id,
+            tool: request.tool,
+            model: request.model.id.clone(),
             model_tier: request.model.tier.as_str(),
-            input_params: &request.input_params,
-            estimated_credits: request.estimate.credits,
+            input_params: request.input_params,
+            estimate: request.estimate,
+        });
+        let persisted = match self.submissions.call(pending.clone()).await {
+            Some(persisted) => persisted,
+            None => persist(&self.pool, std::slice::from_ref(&pending))
+                .await?
+                .pop()
+                .expect("one answer per submission"),
         };
-        let mut pooled = self.pool.get().await.map_err(DbError::from)?;
-        let conn: &mut AsyncPgConnection = &mut pooled;
-        // The reservation and the job commit together: a refused estimate
-        // writes nothing, and every pending job holds its estimate. The
-        // reservation goes last: it locks the organization's billing row,
-        // which is then held only until the commit.
-        let job = conn
-            .transaction::<_, SubmitError, _>(async |conn| {
-                let job = queries::jobs::insert(conn, &new).await?;
-                queries::billing::reserve(conn, request.org_id, id, &request.estimate, None)
-                    .await??;
-                Ok(job)
-            })
-            .await?;
-        drop(pooled);
+        let job = persisted?;
         let message = JobMessage {
             job_id: job.id,
             tool: job.tool.clone(),
@@ -115,6 +158,53 @@ impl JobSubmitter {
         }
         Ok(job)
     }
+}
+
+/// Persists submissions in one transaction: each estimate is reserved
+/// exactly as on its own (a refused one writes nothing), then the admitted
+/// jobs are inserted in one statement. Every pending job holds its
+/// estimate, and the organizations' billing rows are locked once per batch,
+/// in organization order. Answers in the items' order.
+async fn persist(pool: &PgPool, items: &[Arc<Pending>]) -> Result<Vec<Persisted>, DbError> {
+    let mut pooled = pool.get().await?;
+    let conn: &mut AsyncPgConnection = &mut pooled;
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let reservations: Vec<ReserveItem> = items
+            .iter()
+            .map(|p| ReserveItem {
+                org_id: p.org_id,
+                id: p.id,
+                estimate: p.estimate.clone(),
+                expires_at: None,
+            })
+            .collect();
+        let mut answers: Vec<Option<Persisted>> = (0..items.len()).map(|_| None).collect();
+        let mut admitted = Vec::with_capacity(items.len());
+        for (i, outcome) in queries::billing::reserve_many(conn, &reservations)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            match outcome? {
+                Ok(()) => admitted.push(i),
+                Err(refusal) => answers[i] = Some(Err(refusal)),
+            }
+        }
+        let new_jobs: Vec<NewJob<'_>> = admitted.iter().map(|&i| items[i].new_job()).collect();
+        let mut jobs = queries::jobs::insert_many(conn, &new_jobs).await?;
+        for &i in &admitted {
+            let at = jobs
+                .iter()
+                .position(|job| job.id == items[i].id)
+                .ok_or_else(|| DbError::Query(diesel::result::Error::NotFound))?;
+            answers[i] = Some(Ok(jobs.swap_remove(at)));
+        }
+        Ok(answers
+            .into_iter()
+            .map(|answer| answer.expect("every submission answered"))
+            .collect())
+    })
+    .await
 }
 
 impl From<diesel::result::Error> for SubmitError {

@@ -923,3 +923,86 @@ async fn a_burst_over_two_api_processes_never_overdraws_and_the_blocks_go_back()
     assert_eq!(records as usize, answers.len() - refused);
     assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 0);
 }
+
+/// Async jobs of two organizations submitted and finished together (they
+/// share submission and completion transactions): every one completes, is
+/// charged exactly once by its own organization, and records one
+/// `generation.completed` event; the ledgers add up and nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_submitted_and_finished_together_are_each_charged_once() {
+    const PER_ORG: usize = 30;
+    let mut app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    app.sql("UPDATE plans SET concurrent_requests = 500, rate_limit_per_minute = 100000")
+        .await;
+    let other_org = app.create_org("Second", "pro").await;
+    let other_key = app.create_key(other_org, &["all"], None).await;
+    touch_account(&app, &app.key).await;
+    touch_account(&app, &other_key).await;
+    // Submitted before any worker runs, then finished by one with room for
+    // all of them at once.
+    let (client, other) = (&app, &other_key);
+    let submissions = (0..PER_ORG * 2).map(|i| {
+        let key = if i % 2 == 0 { &client.key } else { other };
+        let body = json!({"prompt": format!("together {i}"), "size": "512x512"});
+        async move {
+            json_of(
+                client
+                    .post_json("/api/v1/images/generations?async=true", key, &body)
+                    .await,
+            )
+            .await
+        }
+    });
+    let ids: Vec<String> = join_all(submissions)
+        .await
+        .into_iter()
+        .map(|(status, body)| {
+            assert_eq!(status, 202, "{body}");
+            body["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len(), PER_ORG * 2);
+    app.spawn_worker(|s| s.worker.concurrency = 32);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let unfinished = scalar(
+            &app,
+            "SELECT count(*) FROM jobs WHERE status <> 'completed'",
+        )
+        .await;
+        if unfinished == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{unfinished} jobs never completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for org in [app.org_id, other_org] {
+        let (_, _, reserved, _) = credits_state(&app, org).await;
+        assert_eq!(reserved, 0, "nothing left held");
+        assert_ledger_balances(&app, org).await;
+        let charged = scalar(
+            &app,
+            &format!("SELECT -COALESCE(SUM(amount), 0)::BIGINT FROM credit_transactions WHERE org_id = '{org}' AND type = 'consumption'"),
+        )
+        .await;
+        let completed = scalar(
+            &app,
+            &format!("SELECT COALESCE(SUM(actual_credits), 0)::BIGINT FROM jobs WHERE org_id = '{org}' AND status = 'completed'"),
+        )
+        .await;
+        assert_eq!(
+            charged, completed,
+            "each job charged once, to its own organization"
+        );
+        let events = scalar(
+            &app,
+            &format!("SELECT count(*) FROM events WHERE org_id = '{org}' AND type = 'generation.completed'"),
+        )
+        .await;
+        assert_eq!(events, PER_ORG as i64);
+    }
+    assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 0);
+}

@@ -17,11 +17,18 @@ use crate::domain::{JobStatus, Tool};
 
 const ACTIVE: [&str; 2] = ["pending", "processing"];
 
-pub async fn insert(conn: &mut AsyncPgConnection, new: &NewJob<'_>) -> Result<Job, DbError> {
+/// Inserts a batch of jobs in one statement.
+pub async fn insert_many(
+    conn: &mut AsyncPgConnection,
+    new: &[NewJob<'_>],
+) -> Result<Vec<Job>, DbError> {
+    if new.is_empty() {
+        return Ok(Vec::new());
+    }
     Ok(diesel::insert_into(jobs::table)
         .values(new)
         .returning(Job::as_returning())
-        .get_result(conn)
+        .get_results(conn)
         .await?)
 }
 

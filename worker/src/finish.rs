@@ -1,0 +1,133 @@
+//! Writing a job's terminal state: its result (or failure), its event and
+//! its charge commit together. Jobs that finish together on this worker
+//! share one transaction: each organization's billing row is locked once
+//! per batch instead of once per job, which is what bounded throughput when
+//! many jobs of one organization finished at once.
+
+use std::sync::Arc;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use tokio::task::JoinHandle;
+use unigen_shared::batched::Batched;
+use unigen_shared::billing;
+use unigen_shared::db::models::{Event, Job};
+use unigen_shared::db::{DbError, PgPool, queries};
+
+/// Largest batch: bounds how long its locks are held.
+const MAX_BATCH: usize = 100;
+
+pub enum Terminal {
+    Complete {
+        output: serde_json::Value,
+        actual_credits: i64,
+    },
+    Fail(String),
+}
+
+/// One job's terminal state, written only if its attempt still owns the job.
+pub struct Finish {
+    pub job: Job,
+    pub terminal: Terminal,
+    pub event: Event,
+}
+
+/// This worker's terminal writes; cheap to clone.
+#[derive(Clone)]
+pub struct Finisher {
+    pool: PgPool,
+    batches: Batched<Arc<Finish>, bool>,
+}
+
+impl Finisher {
+    /// The batch task ends with the last clone.
+    pub fn spawn(pool: PgPool) -> (Self, JoinHandle<()>) {
+        let batch_pool = pool.clone();
+        let (batches, task) = Batched::spawn(MAX_BATCH, 1, move |items: Vec<Arc<Finish>>| {
+            let pool = batch_pool.clone();
+            async move {
+                write(&pool, &items)
+                    .await
+                    .map_err(|err| {
+                        tracing::warn!(error = %err, jobs = items.len(), "batched job results failed; one by one instead");
+                    })
+                    .ok()
+            }
+        });
+        (Self { pool, batches }, task)
+    }
+
+    /// Writes the job's terminal state with the next batch (alone if that
+    /// batch fails). `Ok(false)`: the attempt no longer owns the job
+    /// (cancelled or taken over); nothing was written.
+    pub async fn finish(&self, finish: Finish) -> Result<bool, DbError> {
+        let finish = Arc::new(finish);
+        if let Some(written) = self.batches.call(finish.clone()).await {
+            return Ok(written);
+        }
+        Ok(write(&self.pool, std::slice::from_ref(&finish)).await?[0])
+    }
+}
+
+/// One transaction for `items`; answers whether each was written. The job
+/// rows are taken first, in id order, and the billing rows last, in
+/// organization order: the order a cancel takes them in, so the two never
+/// wait on each other.
+async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbError> {
+    let mut pooled = pool.get().await?;
+    let conn: &mut AsyncPgConnection = &mut pooled;
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| items[i].job.id);
+        let mut written = vec![false; items.len()];
+        for &i in &order {
+            let Finish { job, terminal, .. } = &*items[i];
+            written[i] = match terminal {
+                Terminal::Complete {
+                    output,
+                    actual_credits,
+                } => {
+                    queries::jobs::complete(conn, job.id, job.attempt, output, *actual_credits)
+                        .await?
+                }
+                Terminal::Fail(message) => {
+                    queries::jobs::fail(conn, job.id, job.attempt, message).await?
+                }
+            };
+        }
+        for &i in order.iter().filter(|&&i| written[i]) {
+            queries::events::insert(conn, &items[i].event).await?;
+        }
+        order.retain(|&i| written[i]);
+        order.sort_by_key(|&i| (items[i].job.org_id, items[i].job.id));
+        for &i in &order {
+            charge(conn, &items[i]).await?;
+        }
+        Ok(written)
+    })
+    .await
+}
+
+/// Completed means charged, exactly once; a failed job consumes nothing.
+async fn charge(conn: &mut AsyncPgConnection, finish: &Finish) -> Result<(), DbError> {
+    let job = &finish.job;
+    match &finish.terminal {
+        Terminal::Complete {
+            output,
+            actual_credits,
+        } => {
+            let (charge, multiplier) = billing::job_charge(job, output, *actual_credits);
+            let record = billing::job_usage_record(job, "success");
+            if let Some(settled) =
+                queries::billing::settle(conn, job.id, &charge, multiplier, &record).await?
+            {
+                let usage = billing::usage_object(&settled);
+                queries::jobs::set_usage(conn, job.id, &usage).await?;
+            }
+        }
+        Terminal::Fail(_) => {
+            let record = billing::job_usage_record(job, "failed");
+            queries::billing::release(conn, job.id, Some(record)).await?;
+        }
+    }
+    Ok(())
+}
