@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use unigen_shared::batched::Batched;
 use unigen_shared::billing;
 use unigen_shared::db::models::{Event, Job};
+use unigen_shared::db::queries::billing::SettleItem;
 use unigen_shared::db::{DbError, PgPool, queries};
 
 /// Largest batch: bounds how long its locks are held.
@@ -69,8 +70,8 @@ impl Finisher {
 }
 
 /// One transaction for `items`; answers whether each was written. The job
-/// rows are taken first, in id order, and the billing rows last, in
-/// organization order: the order a cancel takes them in, so the two never
+/// rows are taken first, in id order, and the billing rows last (in
+/// organization order): the order a cancel takes them in, so the two never
 /// wait on each other.
 async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbError> {
     let mut pooled = pool.get().await?;
@@ -99,16 +100,62 @@ async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbErro
         }
         order.retain(|&i| written[i]);
         order.sort_by_key(|&i| (items[i].job.org_id, items[i].job.id));
-        for &i in &order {
-            charge(conn, &items[i]).await?;
-        }
+        charge(conn, items, &order).await?;
         Ok(written)
     })
     .await
 }
 
 /// Completed means charged, exactly once; a failed job consumes nothing.
-async fn charge(conn: &mut AsyncPgConnection, finish: &Finish) -> Result<(), DbError> {
+/// `written` is in organization order, the order accounts are locked in.
+async fn charge(
+    conn: &mut AsyncPgConnection,
+    items: &[Arc<Finish>],
+    written: &[usize],
+) -> Result<(), DbError> {
+    let all_completed = written
+        .iter()
+        .all(|&i| matches!(items[i].terminal, Terminal::Complete { .. }));
+    if !all_completed {
+        // Rare (a failure among them): one statement per job keeps the
+        // organization order across releases and settlements.
+        for &i in written {
+            charge_one(conn, &items[i]).await?;
+        }
+        return Ok(());
+    }
+    // The batch's charges in one statement.
+    let settlements: Vec<SettleItem> = written
+        .iter()
+        .map(|&i| {
+            let Finish { job, terminal, .. } = &*items[i];
+            let Terminal::Complete {
+                output,
+                actual_credits,
+            } = terminal
+            else {
+                unreachable!("checked above")
+            };
+            let (charge, multiplier) = billing::job_charge(job, output, *actual_credits);
+            SettleItem {
+                id: job.id,
+                charge,
+                multiplier,
+                usage: billing::job_usage_record(job, "success"),
+            }
+        })
+        .collect();
+    let settled = queries::billing::settle_many(conn, &settlements).await?;
+    for (&i, settled) in written.iter().zip(settled) {
+        if let Some(settled) = settled? {
+            let usage = billing::usage_object(&settled);
+            queries::jobs::set_usage(conn, items[i].job.id, &usage).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn charge_one(conn: &mut AsyncPgConnection, finish: &Finish) -> Result<(), DbError> {
     let job = &finish.job;
     match &finish.terminal {
         Terminal::Complete {

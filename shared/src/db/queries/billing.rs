@@ -883,7 +883,7 @@ pub async fn settle(
     Ok(settled_from(row, charge, multiplier))
 }
 
-/// One sync request's settlement, for [`settle_many`].
+/// One reservation's settlement (a finished job's), for [`settle_many`].
 pub struct SettleItem {
     pub id: Uuid,
     pub charge: Charge,
