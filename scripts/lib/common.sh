@@ -76,8 +76,20 @@ ensure_rabbitmq() {
   fi
 }
 
-ensure_rust_tools() {
+# The API's allocator (jemalloc) is built from C sources with make and cc.
+ensure_build_tools() {
   command -v cargo >/dev/null || { echo "cargo not found: install Rust (rustup)" >&2; return 1; }
+  local build_tools=()
+  command -v make >/dev/null || build_tools+=(make)
+  command -v cc >/dev/null || build_tools+=(gcc libc6-dev)
+  if [ ${#build_tools[@]} -gt 0 ]; then
+    log "installing ${build_tools[*]}"
+    apt_install "${build_tools[@]}"
+  fi
+}
+
+ensure_rust_tools() {
+  ensure_build_tools
   if ! cargo nextest --version >/dev/null 2>&1; then
     log "installing cargo-nextest"
     cargo install cargo-nextest --locked
