@@ -486,35 +486,28 @@ CREATE FUNCTION unigen_lease_slots(
 RETURNS SETOF integer
 LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN QUERY
-    UPDATE concurrency_slots s SET holder = p_holder,
-           expires_at = now() + make_interval(secs => p_lease_secs)
-     WHERE (s.org_id, s.slot) IN (
-           SELECT c.org_id, c.slot FROM concurrency_slots c
-            WHERE c.org_id = p_org AND c.slot <= p_limit
-              AND (c.holder IS NULL OR c.expires_at < now())
-            ORDER BY c.slot LIMIT p_wanted
-            FOR UPDATE SKIP LOCKED)
-    RETURNING s.slot;
-    IF FOUND THEN
-        RETURN;
-    END IF;
-    -- None free: create the slots up to the limit (first use, or a raised
-    -- limit); a concurrent creator makes this wait, then do nothing.
-    INSERT INTO concurrency_slots (org_id, slot)
-    SELECT p_org, g FROM generate_series(
-        (SELECT COALESCE(max(c.slot), 0) + 1 FROM concurrency_slots c WHERE c.org_id = p_org),
-        p_limit) AS g
-    ON CONFLICT DO NOTHING;
-    RETURN QUERY
-    UPDATE concurrency_slots s SET holder = p_holder,
-           expires_at = now() + make_interval(secs => p_lease_secs)
-     WHERE (s.org_id, s.slot) IN (
-           SELECT c.org_id, c.slot FROM concurrency_slots c
-            WHERE c.org_id = p_org AND c.slot <= p_limit
-              AND (c.holder IS NULL OR c.expires_at < now())
-            ORDER BY c.slot LIMIT p_wanted
-            FOR UPDATE SKIP LOCKED)
-    RETURNING s.slot;
+    FOR attempt IN 1..2 LOOP
+        RETURN QUERY
+        UPDATE concurrency_slots s SET holder = p_holder,
+               expires_at = now() + make_interval(secs => p_lease_secs)
+         WHERE (s.org_id, s.slot) IN (
+               SELECT c.org_id, c.slot FROM concurrency_slots c
+                WHERE c.org_id = p_org AND c.slot <= p_limit
+                  AND (c.holder IS NULL OR c.expires_at < now())
+                ORDER BY c.slot LIMIT p_wanted
+                FOR UPDATE SKIP LOCKED)
+        RETURNING s.slot;
+        IF FOUND OR attempt = 2 THEN
+            RETURN;
+        END IF;
+        -- None free: create the slots up to the limit (first use, or a
+        -- raised limit), then try once more; a concurrent creator makes
+        -- this wait, then do nothing.
+        INSERT INTO concurrency_slots (org_id, slot)
+        SELECT p_org, g FROM generate_series(
+            (SELECT COALESCE(max(c.slot), 0) + 1 FROM concurrency_slots c WHERE c.org_id = p_org),
+            p_limit) AS g
+        ON CONFLICT DO NOTHING;
+    END LOOP;
 END
 $$;

@@ -16,6 +16,7 @@
 //! `metering.lease_seconds` and the scheduler releases them.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -211,22 +212,7 @@ impl Allowances {
                 settlements,
             }),
         };
-        let housekeeping = allowances.clone();
-        let task = tokio::spawn(async move {
-            let tick = (housekeeping.inner.idle / 4).max(Duration::from_millis(10));
-            let renew_every = housekeeping.inner.lease / 3;
-            let mut renewed = Instant::now();
-            let mut interval = tokio::time::interval(tick);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                interval.tick().await;
-                housekeeping.give_back_idle().await;
-                if renewed.elapsed() >= renew_every {
-                    housekeeping.renew().await;
-                    renewed = Instant::now();
-                }
-            }
-        });
+        let task = super::spawn_housekeeping(allowances.clone(), idle, lease);
         (allowances, task, settle_task)
     }
 
@@ -605,5 +591,15 @@ impl Drop for Hold {
             self.allowances
                 .finished(self.key, self.id, self.need, Amount::default());
         }
+    }
+}
+
+impl super::Housekeeping for Allowances {
+    fn give_back_idle(&self) -> impl Future<Output = ()> + Send {
+        Allowances::give_back_idle(self)
+    }
+
+    fn renew(&self) -> impl Future<Output = ()> + Send {
+        Allowances::renew(self)
     }
 }

@@ -10,6 +10,7 @@
 //! crashed process's slots free themselves when their lease runs out.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -103,22 +104,7 @@ impl Slots {
                 orgs: Mutex::default(),
             }),
         };
-        let housekeeping = slots.clone();
-        let task = tokio::spawn(async move {
-            let tick = (housekeeping.inner.idle / 4).max(Duration::from_millis(10));
-            let renew_every = housekeeping.inner.lease / 3;
-            let mut renewed = Instant::now();
-            let mut interval = tokio::time::interval(tick);
-            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                interval.tick().await;
-                housekeeping.give_back_unused().await;
-                if renewed.elapsed() >= renew_every {
-                    housekeeping.renew().await;
-                    renewed = Instant::now();
-                }
-            }
-        });
+        let task = super::spawn_housekeeping(slots.clone(), idle, lease);
         (slots, task)
     }
 
@@ -186,7 +172,7 @@ impl Slots {
 
     /// Gives back leased slots not in use, where not every slot was in use
     /// for `idle`.
-    async fn give_back_unused(&self) {
+    async fn give_back_idle(&self) {
         let released: Vec<(Uuid, Vec<i32>)> = {
             let mut orgs = self.orgs();
             let idle = self.inner.idle;
@@ -279,5 +265,15 @@ impl Slots {
         for (org_id, slots) in held {
             self.release(org_id, &slots).await;
         }
+    }
+}
+
+impl super::Housekeeping for Slots {
+    fn give_back_idle(&self) -> impl Future<Output = ()> + Send {
+        Slots::give_back_idle(self)
+    }
+
+    fn renew(&self) -> impl Future<Output = ()> + Send {
+        Slots::renew(self)
     }
 }
