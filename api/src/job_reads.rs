@@ -30,6 +30,7 @@ impl JobReader {
     pub fn spawn(pool: PgPool) -> (Self, JoinHandle<()>) {
         let batch_pool = pool.clone();
         let (reads, handle) = Batched::spawn(
+            "job reads",
             MAX_BATCH,
             PARALLEL_BATCHES,
             move |reads: Vec<(Uuid, Uuid)>| {
@@ -52,23 +53,16 @@ impl JobReader {
     }
 }
 
-async fn read_batch(pool: &PgPool, reads: Vec<(Uuid, Uuid)>) -> Option<Vec<Option<Job>>> {
+async fn read_batch(pool: &PgPool, reads: Vec<(Uuid, Uuid)>) -> Result<Vec<Option<Job>>, DbError> {
     let mut ids: Vec<Uuid> = reads.iter().map(|&(_, id)| id).collect();
     ids.sort_unstable();
     ids.dedup();
-    let rows = async {
-        let mut conn = pool.get().await?;
-        queries::jobs::find_many(&mut conn, &ids).await
-    }
-    .await
-    .map_err(|err| tracing::debug!(error = %err, reads = reads.len(), "batched job read failed"))
-    .ok()?;
+    let mut conn = pool.get().await?;
+    let rows = queries::jobs::find_many(&mut conn, &ids).await?;
     let by_id: HashMap<Uuid, Job> = rows.into_iter().map(|job| (job.id, job)).collect();
     // Another organization's job is not found, as in a single read.
-    Some(
-        reads
-            .iter()
-            .map(|(org_id, id)| by_id.get(id).filter(|job| job.org_id == *org_id).cloned())
-            .collect(),
-    )
+    Ok(reads
+        .iter()
+        .map(|(org_id, id)| by_id.get(id).filter(|job| job.org_id == *org_id).cloned())
+        .collect())
 }

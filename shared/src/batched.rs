@@ -25,14 +25,20 @@ impl<I, O> Clone for Batched<I, O> {
 }
 
 impl<I: Send + 'static, O: Send + 'static> Batched<I, O> {
-    /// `run` answers a batch in its order, or `None` when the batch failed
-    /// as a whole (every caller then does its call on its own). Up to
-    /// `parallel` batches run at once; what arrives meanwhile waits for the
-    /// next one.
-    pub fn spawn<F, Fut>(max: usize, parallel: usize, run: F) -> (Self, JoinHandle<()>)
+    /// `run` answers a batch in its order, or fails it as a whole: the
+    /// failure is logged (as a batch of `what`) and every caller then does
+    /// its call on its own. Up to `parallel` batches run at once; what
+    /// arrives meanwhile waits for the next one.
+    pub fn spawn<F, Fut, E>(
+        what: &'static str,
+        max: usize,
+        parallel: usize,
+        run: F,
+    ) -> (Self, JoinHandle<()>)
     where
         F: Fn(Vec<I>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Option<Vec<O>>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
+        E: std::fmt::Display,
     {
         let (tx, mut rx) = mpsc::unbounded_channel::<Call<I, O>>();
         let run = Arc::new(run);
@@ -50,12 +56,19 @@ impl<I: Send + 'static, O: Send + 'static> Batched<I, O> {
                 let (items, replies): (Vec<I>, Vec<oneshot::Sender<O>>) = calls.into_iter().unzip();
                 let batch = run(items);
                 tokio::spawn(async move {
-                    if let Some(answers) = batch.await {
-                        for (reply, answer) in replies.into_iter().zip(answers) {
-                            let _ = reply.send(answer);
+                    match batch.await {
+                        Ok(answers) => {
+                            for (reply, answer) in replies.into_iter().zip(answers) {
+                                let _ = reply.send(answer);
+                            }
                         }
+                        // The replies are dropped: callers see `None`.
+                        Err(err) => tracing::warn!(
+                            error = %err,
+                            calls = replies.len(),
+                            "a batch of {what} failed; one by one instead"
+                        ),
                     }
-                    // On failure the replies are dropped: callers see `None`.
                     drop(permit);
                 });
             }
@@ -82,9 +95,9 @@ mod tests {
     async fn calls_arriving_together_share_a_batch_and_get_their_own_answers() {
         let sizes = Arc::new(Mutex::new(Vec::new()));
         let seen = sizes.clone();
-        let (batched, _task) = Batched::spawn(100, 1, move |items: Vec<u32>| {
+        let (batched, _task) = Batched::spawn("tests", 100, 1, move |items: Vec<u32>| {
             seen.lock().unwrap().push(items.len());
-            async move { Some(items.into_iter().map(|i| i * 10).collect()) }
+            async move { Ok::<_, String>(items.into_iter().map(|i| i * 10).collect()) }
         });
         let answers = futures_util::future::join_all((0..50).map(|i| batched.call(i))).await;
         assert_eq!(answers, (0..50).map(|i| Some(i * 10)).collect::<Vec<_>>());
@@ -95,7 +108,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_batch_answers_none_so_callers_fall_back() {
-        let (batched, _task) = Batched::spawn(10, 1, |_: Vec<u32>| async { None::<Vec<u32>> });
+        let (batched, _task) = Batched::spawn("tests", 10, 1, |_: Vec<u32>| async {
+            Err::<Vec<u32>, _>("the batch failed")
+        });
         assert_eq!(batched.call(1).await, None);
     }
 }

@@ -132,6 +132,29 @@ impl TestDatabase {
             .expect("query")
             .get(0)
     }
+
+    /// Polls `sql` until it answers `want`; fails the test (saying `what`
+    /// and the last answer) after `timeout`.
+    pub async fn wait_for_scalar(
+        &self,
+        sql: &str,
+        want: i64,
+        timeout: std::time::Duration,
+        what: &str,
+    ) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let got = self.scalar_i64(sql).await;
+            if got == want {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: `{sql}` is {got}, never became {want}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }
 
 async fn drop_stale(admin: &tokio_postgres::Client, now: u64) {

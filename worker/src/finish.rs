@@ -43,17 +43,15 @@ impl Finisher {
     /// The batch task ends with the last clone.
     pub fn spawn(pool: PgPool) -> (Self, JoinHandle<()>) {
         let batch_pool = pool.clone();
-        let (batches, task) = Batched::spawn(MAX_BATCH, 1, move |items: Vec<Arc<Finish>>| {
-            let pool = batch_pool.clone();
-            async move {
-                write(&pool, &items)
-                    .await
-                    .map_err(|err| {
-                        tracing::warn!(error = %err, jobs = items.len(), "batched job results failed; one by one instead");
-                    })
-                    .ok()
-            }
-        });
+        let (batches, task) = Batched::spawn(
+            "job results",
+            MAX_BATCH,
+            1,
+            move |items: Vec<Arc<Finish>>| {
+                let pool = batch_pool.clone();
+                async move { write(&pool, &items).await }
+            },
+        );
         (Self { pool, batches }, task)
     }
 

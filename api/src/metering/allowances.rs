@@ -153,7 +153,7 @@ struct Inner {
     lease: Duration,
     idle: Duration,
     book: Mutex<Book>,
-    settlements: Batched<ShareItem, Settlement>,
+    settlements: Batched<Arc<ShareItem>, Settlement>,
 }
 
 /// This process's allowances; cheap to clone.
@@ -185,21 +185,14 @@ impl Allowances {
     ) -> (Self, JoinHandle<()>, JoinHandle<()>) {
         let settle_pool = pool.clone();
         let (settlements, settle_task) = Batched::spawn(
+            "settlements",
             MAX_BATCH,
             1,
-            move |items: Vec<ShareItem>| {
+            move |items: Vec<Arc<ShareItem>>| {
                 let pool = settle_pool.clone();
                 async move {
-                    let result = async {
-                        let mut conn = pool.get().await?;
-                        billing::settle_shares(&mut conn, &items).await
-                    }
-                    .await;
-                    result
-                        .map_err(|err| {
-                            tracing::warn!(error = %err, items = items.len(), "batched settlement failed; one by one instead");
-                        })
-                        .ok()
+                    let mut conn = pool.get().await?;
+                    billing::settle_shares(&mut conn, &items).await
                 }
             },
         );
@@ -362,20 +355,12 @@ impl Allowances {
 
     /// Runs a settlement in the next batch (alone if that batch fails).
     async fn settle(&self, item: ShareItem) -> Settlement {
-        let single = ShareItem {
-            allowance_id: item.allowance_id,
-            period_start: item.period_start,
-            bucket: item.bucket,
-            hold: item.hold,
-            charge: item.charge.clone(),
-            multiplier: item.multiplier,
-            usage: item.usage.clone(),
-        };
-        if let Some(settled) = self.inner.settlements.call(item).await {
+        let item = Arc::new(item);
+        if let Some(settled) = self.inner.settlements.call(item.clone()).await {
             return settled;
         }
         let mut conn = self.inner.pool.get().await?;
-        billing::settle_shares(&mut conn, std::slice::from_ref(&single))
+        billing::settle_shares(&mut conn, std::slice::from_ref(&item))
             .await?
             .pop()
             .expect("settle_shares answers every item")
@@ -530,6 +515,19 @@ impl Allowances {
 }
 
 impl Hold {
+    /// This request's settlement out of its allowance.
+    fn share(&self, charge: Charge, multiplier: f64, usage: UsageRecord) -> ShareItem {
+        ShareItem {
+            allowance_id: self.id,
+            period_start: self.period_start,
+            bucket: self.key.bucket,
+            hold: self.need,
+            charge,
+            multiplier,
+            usage,
+        }
+    }
+
     /// Charges what the request used (status `success`).
     pub async fn settle(
         mut self,
@@ -538,16 +536,10 @@ impl Hold {
         usage: UsageRecord,
     ) -> Result<Settled, DbError> {
         self.open = false;
-        let item = ShareItem {
-            allowance_id: self.id,
-            period_start: self.period_start,
-            bucket: self.key.bucket,
-            hold: self.need,
-            charge: charge.clone(),
-            multiplier,
-            usage,
-        };
-        let result = self.allowances.settle(item).await;
+        let result = self
+            .allowances
+            .settle(self.share(charge.clone(), multiplier, usage))
+            .await;
         let used = match &result {
             Ok(_) => Amount {
                 credits: charge.credits.clamp(0, self.need.credits),
@@ -565,18 +557,11 @@ impl Hold {
     /// `failed`) is written with the next batch.
     pub async fn release(mut self, usage: UsageRecord) {
         self.open = false;
-        let item = ShareItem {
-            allowance_id: self.id,
-            period_start: self.period_start,
-            bucket: self.key.bucket,
-            hold: self.need,
-            charge: Charge {
-                credits: 0,
-                bucket_milli: 0,
-            },
-            multiplier: 1.0,
-            usage,
+        let nothing = Charge {
+            credits: 0,
+            bucket_milli: 0,
         };
+        let item = self.share(nothing, 1.0, usage);
         self.allowances
             .finished(self.key, self.id, self.need, Amount::default());
         if let Err(err) = self.allowances.settle(item).await {

@@ -102,17 +102,15 @@ impl JobSubmitter {
             },
         );
         let batch_pool = pool.clone();
-        let (submissions, _) = Batched::spawn(MAX_BATCH, 1, move |items: Vec<Arc<Pending>>| {
-            let pool = batch_pool.clone();
-            async move {
-                persist(&pool, &items)
-                    .await
-                    .map_err(|err| {
-                        tracing::warn!(error = %err, jobs = items.len(), "batched submissions failed; one by one instead");
-                    })
-                    .ok()
-            }
-        });
+        let (submissions, _) = Batched::spawn(
+            "job submissions",
+            MAX_BATCH,
+            1,
+            move |items: Vec<Arc<Pending>>| {
+                let pool = batch_pool.clone();
+                async move { persist(&pool, &items).await }
+            },
+        );
         (
             Self {
                 pool,

@@ -90,18 +90,9 @@ fn assert_validation(status: u16, body: &Value, param: &str) {
 
 /// Polls `sql` (one bigint) until it returns `want`.
 async fn wait_for_scalar(app: &TestApp, sql: &str, want: i64, what: &str) {
-    let deadline = tokio::time::Instant::now() + SCHEDULER_TIMEOUT;
-    loop {
-        let got = app.db.scalar_i64(sql).await;
-        if got == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: `{sql}` is {got}, never became {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    app.db
+        .wait_for_scalar(sql, want, SCHEDULER_TIMEOUT, what)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,21 +68,17 @@ async fn scalar(app: &TestApp, sql: &str) -> i64 {
 /// Waits until the API processes have given back the blocks of credits
 /// they held for sync requests (`metering.idle_ms` after the last one).
 async fn allowances_given_back(app: &TestApp, org: Uuid) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let sql = format!(
         "SELECT count(*) FROM reservations WHERE org_id = '{org}' AND expires_at IS NOT NULL"
     );
-    loop {
-        let held = scalar(app, &sql).await;
-        if held == 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{held} blocks of credits still held"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    app.db
+        .wait_for_scalar(
+            &sql,
+            0,
+            Duration::from_secs(10),
+            "blocks of credits still held",
+        )
+        .await;
 }
 
 fn png_data_uri() -> String {
@@ -963,22 +959,14 @@ async fn jobs_submitted_and_finished_together_are_each_charged_once() {
         .collect();
     assert_eq!(ids.len(), PER_ORG * 2);
     app.spawn_worker(|s| s.worker.concurrency = 32);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let unfinished = scalar(
-            &app,
+    app.db
+        .wait_for_scalar(
             "SELECT count(*) FROM jobs WHERE status <> 'completed'",
+            0,
+            WAIT,
+            "jobs never completed",
         )
         .await;
-        if unfinished == 0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{unfinished} jobs never completed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     for org in [app.org_id, other_org] {
         let (_, _, reserved, _) = credits_state(&app, org).await;
         assert_eq!(reserved, 0, "nothing left held");

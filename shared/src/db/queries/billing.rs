@@ -630,15 +630,15 @@ pub struct ShareItem {
 /// usage records inserted in one go (`unigen_settle_shares`). Answers in the
 /// items' order. `Err`: the statement failed and changed nothing; an item's
 /// own error (setting up its account afterwards) is that item's.
-pub async fn settle_shares(
+pub async fn settle_shares<T: std::borrow::Borrow<ShareItem>>(
     conn: &mut AsyncPgConnection,
-    items: &[ShareItem],
+    items: &[T],
 ) -> Result<Vec<Result<Settled, DbError>>, DbError> {
-    let all: Vec<&ShareItem> = items.iter().collect();
+    let items: Vec<&ShareItem> = items.iter().map(|item| item.borrow()).collect();
     let mut answers: Vec<Option<Result<Settled, DbError>>> =
         (0..items.len()).map(|_| None).collect();
     let mut setup: Vec<usize> = Vec::new();
-    for (index, row) in settle_shares_once(conn, &all)
+    for (index, row) in settle_shares_once(conn, &items)
         .await?
         .into_iter()
         .enumerate()
@@ -646,7 +646,7 @@ pub async fn settle_shares(
         if row.outcome == "setup" {
             setup.push(index);
         } else {
-            answers[index] = Some(share_settled(row, &items[index]));
+            answers[index] = Some(share_settled(row, items[index]));
         }
     }
     // A new account or period: set it up, then settle those items again.
@@ -659,7 +659,7 @@ pub async fn settle_shares(
             .copied()
             .filter(|&i| items[i].usage.org_id == org)
             .collect();
-        let subset: Vec<&ShareItem> = indexes.iter().map(|&i| &items[i]).collect();
+        let subset: Vec<&ShareItem> = indexes.iter().map(|&i| items[i]).collect();
         let retried = match setup_account(conn, org).await {
             Ok(()) => settle_shares_once(conn, &subset).await,
             Err(err) => Err(err),
@@ -667,7 +667,7 @@ pub async fn settle_shares(
         match retried {
             Ok(rows) => {
                 for (&i, row) in indexes.iter().zip(rows) {
-                    answers[i] = Some(share_settled(row, &items[i]));
+                    answers[i] = Some(share_settled(row, items[i]));
                 }
             }
             Err(err) => {
@@ -701,12 +701,7 @@ async fn settle_shares_once(
     items: &[&ShareItem],
 ) -> Result<Vec<SettledRow>, DbError> {
     let column = |f: &dyn Fn(&ShareItem) -> i64| items.iter().map(|i| f(i)).collect::<Vec<_>>();
-    let texts = |f: &dyn Fn(&ShareItem) -> &str| {
-        items
-            .iter()
-            .map(|i| f(i).to_owned())
-            .collect::<Vec<String>>()
-    };
+    let texts = |f: &dyn Fn(&ShareItem) -> &str| items.iter().map(|i| f(i)).collect::<Vec<&str>>();
     let rows: Vec<NumberedSettledRow> = diesel::sql_query(
         "SELECT ord, outcome, from_included, from_purchased, overage, bucket, remaining_milli,
                 credits_remaining, overage_enabled, overage_credits, overage_rate_micros,
