@@ -53,11 +53,11 @@ impl JobView {
             tool: job.tool.clone(),
             status: job.status.clone(),
             progress: job.progress,
-            input_params: present_files(&job.input_params, signer, now.timestamp()),
+            input_params: present_files(&job.input_params, signer, now.timestamp(), job.org_id),
             output_data: job
                 .output_data
                 .as_ref()
-                .map(|o| present_files(o, signer, now.timestamp())),
+                .map(|o| present_files(o, signer, now.timestamp(), job.org_id)),
             estimated_credits: job.estimated_credits,
             actual_credits: job.actual_credits,
             error_message: job.error_message.clone(),
@@ -152,7 +152,12 @@ impl ImageGenerationResponse {
     /// From a completed image job; `None` if its output is malformed.
     pub fn from_job(job: &Job, signer: &UrlSigner, now: DateTime<Utc>) -> Option<Self> {
         let prompt = job.input_params["prompt"].as_str().unwrap_or_default();
-        let output = present_files(job.output_data.as_ref()?, signer, now.timestamp());
+        let output = present_files(
+            job.output_data.as_ref()?,
+            signer,
+            now.timestamp(),
+            job.org_id,
+        );
         let data = output["images"]
             .as_array()?
             .iter()
@@ -195,9 +200,10 @@ mod tests {
 
     fn completed_job() -> Job {
         let now = Utc::now();
+        let org_id = Uuid::now_v7();
         Job {
             id: Uuid::now_v7(),
-            org_id: Uuid::now_v7(),
+            org_id,
             api_key_id: Uuid::now_v7(),
             tool: "image".into(),
             status: "completed".into(),
@@ -206,7 +212,7 @@ mod tests {
             model_tier: "fast".into(),
             input_params: json!({"prompt": "a cat", "n": 1}),
             output_data: Some(
-                json!({"images": [{"file": "o/j/0.png", "width": 512, "height": 512}]}),
+                json!({"images": [{"file": format!("{org_id}/j/0.png"), "width": 512, "height": 512}]}),
             ),
             estimated_credits: 1,
             actual_credits: Some(1),
@@ -252,7 +258,7 @@ mod tests {
         }
         assert_eq!(value["created"], job.created_at.timestamp());
         let url = value["outputData"]["images"][0]["url"].as_str().unwrap();
-        assert!(url.starts_with("http://api/files/o/j/0.png?expires="));
+        assert!(url.starts_with(&format!("http://api/files/{}/j/0.png?expires=", job.org_id)));
         assert!(value["outputData"]["images"][0].get("file").is_none());
         assert_eq!(value["usage"]["generations_used"], 1);
     }

@@ -48,7 +48,7 @@ pub fn generation_completed(
     signer: &UrlSigner,
 ) -> Event {
     let (units, unit_type) = units_of(&job.tool, output);
-    let presented = present_files(output, signer, Utc::now().timestamp());
+    let presented = present_files(output, signer, Utc::now().timestamp(), job.org_id);
     event(
         job.org_id,
         GENERATION_COMPLETED,
@@ -185,22 +185,23 @@ mod tests {
     #[test]
     fn units_and_urls_follow_each_tool_output_shape() {
         let signer = UrlSigner::new("s", "http://api", Duration::from_secs(60));
+        let org = uuid::Uuid::now_v7();
         let cases = [
             (
                 "image",
-                json!({"images": [{"file": "o/j/0.png"}, {"file": "o/j/1.png"}]}),
+                json!({"images": [{"file": format!("{org}/j/0.png")}, {"file": format!("{org}/j/1.png")}]}),
                 json!(2),
                 "image_generations",
             ),
             (
                 "video",
-                json!({"video": {"file": "o/j/v.mp4", "duration": 5.0}}),
+                json!({"video": {"file": format!("{org}/j/v.mp4"), "duration": 5.0}}),
                 json!(5.0),
                 "video_seconds",
             ),
             (
                 "tts",
-                json!({"audio_file": "o/j/s.mp3", "character_count": 44}),
+                json!({"audio_file": format!("{org}/j/s.mp3"), "character_count": 44}),
                 json!(44),
                 "tts_chars",
             ),
@@ -213,7 +214,7 @@ mod tests {
         ];
         for (tool, output, units, unit_type) in cases {
             assert_eq!(units_of(tool, &output), (units, unit_type), "{tool}");
-            let url = first_url(&present_files(&output, &signer, 0));
+            let url = first_url(&present_files(&output, &signer, 0, org));
             assert_eq!(url.is_string(), tool != "stt", "{tool}: {url}");
         }
     }

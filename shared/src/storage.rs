@@ -177,43 +177,59 @@ impl UrlSigner {
     }
 }
 
-/// Replaces stored file keys by signed URLs: `"file": k` becomes `"url"`,
-/// `"<name>_file": k` becomes `"<name>_url"`, at any depth.
+/// Client-supplied JSON passed through to a provider verbatim: whatever it
+/// names is the client's text, never a file this server stored.
+const CLIENT_JSON_FIELDS: [&str; 1] = ["model_inputs"];
+
+/// Whether `key` is a file this server stored for `org_id`: a valid key under
+/// the organization's prefix. Anything else in a job's JSON (a client's
+/// string, another organization's key, a path) is neither signed nor deleted.
+pub fn is_org_key(org_id: uuid::Uuid, key: &str) -> bool {
+    validate_key(key).is_ok()
+        && key
+            .strip_prefix(org_id.to_string().as_str())
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Replaces the file keys `org_id`'s job recorded by signed URLs: `"file": k`
+/// becomes `"url"`, `"<name>_file": k` becomes `"<name>_url"`, at any depth.
+/// A file field naming anything else is left out; client JSON passed to
+/// providers (`model_inputs`) is shown as it was sent.
 pub fn present_files(
     value: &serde_json::Value,
     signer: &UrlSigner,
     now_unix: i64,
+    org_id: uuid::Uuid,
 ) -> serde_json::Value {
     use serde_json::Value;
+    let present = |v| present_files(v, signer, now_unix, org_id);
     match value {
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| match (k.as_str(), v) {
-                    ("file", Value::String(key)) => (
-                        "url".to_owned(),
-                        Value::String(signer.sign_url(key, now_unix)),
-                    ),
-                    (name, Value::String(key)) if name.ends_with("_file") => (
-                        format!("{}_url", name.trim_end_matches("_file")),
-                        Value::String(signer.sign_url(key, now_unix)),
-                    ),
-                    _ => (k.clone(), present_files(v, signer, now_unix)),
+                .filter_map(|(k, v)| {
+                    let url_name = match k.as_str() {
+                        "file" => Some("url".to_owned()),
+                        name => name.strip_suffix("_file").map(|stem| format!("{stem}_url")),
+                    };
+                    match (url_name, v) {
+                        _ if CLIENT_JSON_FIELDS.contains(&k.as_str()) => {
+                            Some((k.clone(), v.clone()))
+                        }
+                        (Some(url_name), Value::String(key)) => is_org_key(org_id, key)
+                            .then(|| (url_name, Value::String(signer.sign_url(key, now_unix)))),
+                        _ => Some((k.clone(), present(v))),
+                    }
                 })
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|v| present_files(v, signer, now_unix))
-                .collect(),
-        ),
+        Value::Array(items) => Value::Array(items.iter().map(present).collect()),
         other => other.clone(),
     }
 }
 
-/// Every stored file key a job's JSON names (`"file"` and `"<name>_file"`
-/// at any depth, as [`present_files`] reads them): what retention deletes.
-pub fn stored_files(value: &serde_json::Value) -> Vec<String> {
+/// Every file key `org_id`'s job recorded in its JSON (what [`present_files`]
+/// signs): what retention deletes.
+pub fn stored_files(value: &serde_json::Value, org_id: uuid::Uuid) -> Vec<String> {
     use serde_json::Value;
     let mut keys = Vec::new();
     let mut stack = vec![value];
@@ -221,9 +237,14 @@ pub fn stored_files(value: &serde_json::Value) -> Vec<String> {
         match value {
             Value::Object(map) => {
                 for (name, v) in map {
+                    if CLIENT_JSON_FIELDS.contains(&name.as_str()) {
+                        continue;
+                    }
                     match v {
                         Value::String(key) if name == "file" || name.ends_with("_file") => {
-                            keys.push(key.clone())
+                            if is_org_key(org_id, key) {
+                                keys.push(key.clone());
+                            }
                         }
                         other => stack.push(other),
                     }
@@ -242,20 +263,54 @@ mod tests {
 
     use super::*;
 
+    const ORG: uuid::Uuid = uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0001);
+    const OTHER_ORG: uuid::Uuid = uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0002);
+
+    fn org_key(rest: &str) -> String {
+        format!("{ORG}/{rest}")
+    }
+
     #[test]
     fn stored_files_finds_every_key_present_files_would_sign() {
         let value = json!({
-            "images": [{"file": "o/j/0.png", "width": 2}, {"file": "o/j/1.png"}],
-            "audio_file": "o/j/s.mp3",
-            "inputs": {"image": {"file": "o/inputs/a.png"}},
+            "images": [{"file": org_key("j/0.png"), "width": 2}, {"file": org_key("j/1.png")}],
+            "audio_file": org_key("j/s.mp3"),
+            "inputs": {"image": {"file": org_key("inputs/a.png")}},
             "prompt": "a file",
         });
-        let mut keys = stored_files(&value);
+        let mut keys = stored_files(&value, ORG);
         keys.sort();
         assert_eq!(
             keys,
-            ["o/inputs/a.png", "o/j/0.png", "o/j/1.png", "o/j/s.mp3"]
+            [
+                org_key("inputs/a.png"),
+                org_key("j/0.png"),
+                org_key("j/1.png"),
+                org_key("j/s.mp3")
+            ]
         );
+    }
+
+    #[test]
+    fn keys_a_client_wrote_or_of_another_organization_are_neither_signed_nor_deleted() {
+        let foreign = format!("{OTHER_ORG}/j/0.png");
+        let value = json!({
+            "model_inputs": {"file": org_key("j/0.png"), "nested": {"image_file": foreign}},
+            "inputs": {"image": {"file": foreign}},
+            "a_file": "../../etc/passwd",
+            "b_file": format!("{ORG}x/j/0.png"),
+            "c_file": format!("{ORG}/../{OTHER_ORG}/j/0.png"),
+            "d_file": format!("{ORG}/"),
+        });
+        assert!(stored_files(&value, ORG).is_empty());
+        let shown = present_files(&value, &signer(), 0, ORG);
+        assert!(!shown.to_string().contains("/files/"), "{shown}");
+        assert_eq!(
+            shown["model_inputs"], value["model_inputs"],
+            "client JSON is shown as sent"
+        );
+        assert_eq!(shown["inputs"]["image"], json!({}));
+        assert_eq!(shown.as_object().unwrap().len(), 2, "{shown}");
     }
 
     fn signer() -> UrlSigner {
@@ -326,21 +381,24 @@ mod tests {
 
     #[test]
     fn stored_file_keys_are_presented_as_signed_urls() {
-        let raw =
-            json!({"images": [{"file": "a/0.png", "width": 2}], "audio_file": "a/s.mp3", "n": 1});
-        let shown = present_files(&raw, &signer(), 0);
+        let raw = json!({
+            "images": [{"file": org_key("a/0.png"), "width": 2}],
+            "audio_file": org_key("a/s.mp3"),
+            "n": 1,
+        });
+        let shown = present_files(&raw, &signer(), 0, ORG);
         assert!(
             shown["images"][0]["url"]
                 .as_str()
                 .unwrap()
-                .contains("/files/a/0.png?")
+                .contains(&format!("/files/{ORG}/a/0.png?"))
         );
         assert_eq!(shown["images"][0]["width"], 2);
         assert!(
             shown["audio_url"]
                 .as_str()
                 .unwrap()
-                .contains("/files/a/s.mp3?")
+                .contains(&format!("/files/{ORG}/a/s.mp3?"))
         );
         assert!(shown.get("audio_file").is_none());
         assert_eq!(shown["n"], 1);

@@ -195,7 +195,14 @@ pub fn estimate(generation: &Generation<'_>) -> Estimate {
 pub fn presented_output(state: &AppState, job: &Job) -> Result<serde_json::Value, ApiError> {
     job.output_data
         .as_ref()
-        .map(|o| unigen_shared::storage::present_files(o, &state.signer, Utc::now().timestamp()))
+        .map(|o| {
+            unigen_shared::storage::present_files(
+                o,
+                &state.signer,
+                Utc::now().timestamp(),
+                job.org_id,
+            )
+        })
         .ok_or_else(|| {
             ApiError::internal(anyhow::anyhow!("completed job {} has no output", job.id))
         })

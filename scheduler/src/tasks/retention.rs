@@ -47,21 +47,23 @@ impl Retention {
             .transaction::<_, anyhow::Error, _>(async |conn| {
                 let expired = queries::jobs::lock_expired(conn, self.retention, BATCH).await?;
                 for job in &expired {
-                    let mut keys = stored_files(&job.input_params);
-                    keys.extend(
-                        job.output_data
-                            .as_ref()
-                            .map(stored_files)
-                            .unwrap_or_default(),
-                    );
+                    let mut keys = stored_files(&job.input_params, job.org_id);
+                    if let Some(output) = &job.output_data {
+                        keys.extend(stored_files(output, job.org_id));
+                    }
+                    // A file that cannot be deleted is logged and left: one
+                    // job must never stop retention for every organization.
                     for key in &keys {
-                        self.store.delete(key).await?;
+                        if let Err(error) = self.store.delete(key).await {
+                            tracing::error!(job.id = %job.id, %key, %error, "retention: file not deleted");
+                        }
                     }
                     // Outputs live under `<org>/<job>/`, partial ones of
                     // failed attempts too.
-                    self.store
-                        .delete_prefix(&format!("{}/{}", job.org_id, job.id))
-                        .await?;
+                    let prefix = format!("{}/{}", job.org_id, job.id);
+                    if let Err(error) = self.store.delete_prefix(&prefix).await {
+                        tracing::error!(job.id = %job.id, %prefix, %error, "retention: files not deleted");
+                    }
                 }
                 let ids: Vec<_> = expired.iter().map(|job| job.id).collect();
                 queries::jobs::delete(conn, &ids).await?;
@@ -114,7 +116,10 @@ impl RunRetention {
                 let expired =
                     queries::agent_runs::lock_expired(conn, self.retention, BATCH).await?;
                 for &run in &expired {
-                    self.store.delete_prefix(&run_storage_prefix(run)).await?;
+                    let prefix = run_storage_prefix(run);
+                    if let Err(error) = self.store.delete_prefix(&prefix).await {
+                        tracing::error!(run.id = %run, %prefix, %error, "run retention: files not deleted");
+                    }
                 }
                 Ok(queries::agent_runs::delete(conn, &expired).await?)
             })

@@ -20,6 +20,7 @@ mod pipeline;
 mod recovery;
 mod replicate;
 mod sdk;
+mod tenancy;
 mod tools;
 mod usage;
 mod webhooks;

@@ -139,7 +139,7 @@ fn finished(signer: &UrlSigner, job: &Job) -> Result<Done, Failure> {
             let images = job
                 .output_data
                 .as_ref()
-                .map(|output| present_files(output, signer, Utc::now().timestamp()))
+                .map(|output| present_files(output, signer, Utc::now().timestamp(), job.org_id))
                 .and_then(|output| images(&output))
                 .ok_or_else(|| {
                     tracing::error!(job.id = %job.id, "generate_image: completed job has no images");
@@ -226,11 +226,13 @@ fn random_seed() -> u64 {
 mod tests {
     use super::*;
 
+    const ORG: Uuid = Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0001);
+
     fn job(status: &str, output: Option<Value>, error: Option<&str>) -> Job {
         let now = Utc::now();
         Job {
             id: Uuid::now_v7(),
-            org_id: Uuid::now_v7(),
+            org_id: ORG,
             api_key_id: Uuid::now_v7(),
             tool: "image".into(),
             status: status.into(),
@@ -258,7 +260,9 @@ mod tests {
         let signer = UrlSigner::new("secret", "https://api.test/v1", Duration::from_secs(600));
         let done = job(
             "completed",
-            Some(json!({"images": [{"file": "org/job/0.png", "width": 512, "height": 384}]})),
+            Some(
+                json!({"images": [{"file": format!("{ORG}/job/0.png"), "width": 512, "height": 384}]}),
+            ),
             None,
         );
         let output = finished(&signer, &done).unwrap().output;
@@ -266,7 +270,7 @@ mod tests {
         let url = output["images"][0]["url"].as_str().unwrap();
         assert_eq!(
             signer.verified_key(url, Utc::now().timestamp()).as_deref(),
-            Some("org/job/0.png")
+            Some(format!("{ORG}/job/0.png").as_str())
         );
         assert_eq!(
             (
