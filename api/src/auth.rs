@@ -6,12 +6,14 @@ use std::pin::Pin;
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use chrono::Utc;
-use unigen_shared::db::queries;
-use unigen_shared::domain::{Scope, hash_key, looks_like_key};
+use unigen_core::domain::Scope;
+use unigen_core::domain::hash_key;
+use unigen_core::domain::looks_like_key;
+use unigen_db::queries;
 use uuid::Uuid;
 
+use crate::charge_slot::ChargeSlot;
 use crate::error::ApiError;
-use crate::metering::ChargeSlot;
 use crate::state::AppState;
 
 /// The caller, authenticated by `Authorization: Bearer sk_...`.
@@ -78,11 +80,7 @@ impl FromRequest for Caller {
                 Some(row) => row,
                 None => {
                     let ticket = state.keys.ticket();
-                    let mut conn = state
-                        .pool
-                        .get()
-                        .await
-                        .map_err(unigen_shared::db::DbError::from)?;
+                    let mut conn = state.pool.get().await.map_err(unigen_db::DbError::from)?;
                     let row = queries::keys::find_for_auth(&mut conn, &hash)
                         .await?
                         .ok_or(ApiError::InvalidKey)?;

@@ -6,11 +6,15 @@ use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use unigen_shared::config::Settings;
-use unigen_shared::db::models::{BillingAccount, NewApiKey, NewOrganization};
-use unigen_shared::db::{self, queries};
-use unigen_shared::domain::{ApiKeyMaterial, Scope};
-use unigen_shared::events;
+use unigen_core::config::Settings;
+use unigen_core::domain::ApiKeyMaterial;
+use unigen_core::domain::Scope;
+use unigen_db as db;
+use unigen_db::events;
+use unigen_db::models::BillingAccount;
+use unigen_db::models::NewApiKey;
+use unigen_db::models::NewOrganization;
+use unigen_db::queries;
 use uuid::Uuid;
 
 #[derive(Parser)]
@@ -161,14 +165,12 @@ pub async fn main() -> anyhow::Result<()> {
     let settings = Settings::load().context("loading configuration")?;
     match cli.command.unwrap_or(Command::Serve { migrate: false }) {
         Command::Serve { migrate } => {
-            unigen_shared::telemetry::init("unigen-api");
+            unigen_core::telemetry::init("unigen-api");
             if migrate {
                 migrate_now(&settings).await?;
             }
             let shutdown = CancellationToken::new();
-            tokio::spawn(unigen_shared::telemetry::shutdown_on_signal(
-                shutdown.clone(),
-            ));
+            tokio::spawn(unigen_core::telemetry::shutdown_on_signal(shutdown.clone()));
             crate::run(settings, shutdown).await
         }
         Command::Migrate => migrate_now(&settings).await,
@@ -373,17 +375,17 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     Ok(())
 }
 
-fn plan_json(plan: &unigen_shared::db::models::Plan) -> serde_json::Value {
-    use unigen_shared::billing::Bucket;
+fn plan_json(plan: &unigen_db::models::Plan) -> serde_json::Value {
+    use unigen_db::billing::Bucket;
     let buckets: serde_json::Map<String, serde_json::Value> = Bucket::ALL
         .iter()
-        .map(|b| (b.as_str().to_owned(), json!(b.limit(plan))))
+        .map(|b| (b.as_str().to_owned(), json!(plan.limit(*b))))
         .collect();
     json!({
         "code": plan.code,
         "name": plan.name,
         "included_credits": plan.included_credits,
-        "overage_rate_usd": plan.overage_rate_micros.map(unigen_shared::billing::usd),
+        "overage_rate_usd": plan.overage_rate_micros.map(unigen_db::billing::usd),
         "rate_limit_per_minute": plan.rate_limit_per_minute,
         "concurrent_requests": plan.concurrent_requests,
         "buckets": buckets,
@@ -392,7 +394,7 @@ fn plan_json(plan: &unigen_shared::db::models::Plan) -> serde_json::Value {
 
 /// `--bucket tts_chars=500000` or `--bucket chat_tokens=unlimited`.
 fn apply_bucket_change(change: &mut queries::orgs::PlanChange, entry: &str) -> anyhow::Result<()> {
-    use unigen_shared::billing::Bucket;
+    use unigen_db::billing::Bucket;
     let (name, value) = entry.split_once('=').ok_or_else(|| {
         anyhow::anyhow!("--bucket `{entry}`: expected <bucket>=<units|unlimited>")
     })?;
@@ -424,8 +426,7 @@ fn apply_bucket_change(change: &mut queries::orgs::PlanChange, entry: &str) -> a
 /// Webhook delivery starts at once for the events just committed (the
 /// schedulers' periodic check would find them too, later).
 async fn wake_webhooks(conn: &mut diesel_async::AsyncPgConnection, settings: &Settings) {
-    if let Err(err) =
-        unigen_shared::notify::send_events_recorded(conn, &settings.notify.channel).await
+    if let Err(err) = unigen_db::notify::send_events_recorded(conn, &settings.notify.channel).await
     {
         eprintln!("warning: could not wake webhook delivery: {err:#}");
     }

@@ -3,12 +3,13 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
-use unigen_shared::agents::PlanRefusal;
-use unigen_shared::agents::run::StartError;
-use unigen_shared::billing::Refusal;
-use unigen_shared::db::DbError;
-use unigen_shared::jobs::{SubmitError, ValidationError};
-use unigen_shared::knowledge::upload::UploadRefusal;
+use unigen_agents::PlanRefusal;
+use unigen_agents::run::StartError;
+use unigen_core::ValidationError;
+use unigen_db::DbError;
+use unigen_db::billing::Refusal;
+use unigen_jobs::SubmitError;
+use unigen_knowledge::upload::UploadRefusal;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

@@ -8,11 +8,13 @@
 use std::collections::HashMap;
 
 use tokio::task::JoinHandle;
-use unigen_shared::db::models::Job;
-use unigen_shared::db::{DbError, PgPool, queries};
+use unigen_db::DbError;
+use unigen_db::PgPool;
+use unigen_db::models::Job;
+use unigen_db::queries;
 use uuid::Uuid;
 
-use unigen_shared::batched::Batched;
+use unigen_core::batched::Batched;
 
 /// Largest batch: keeps each query's parameter list and result modest.
 const MAX_BATCH: usize = 500;

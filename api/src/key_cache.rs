@@ -3,7 +3,7 @@
 //!
 //! Staleness is bounded twice: entries expire after `auth.key_cache_seconds`,
 //! and every change to keys, organizations or plans (a trigger notifies
-//! [`AUTH_CHANNEL`](unigen_shared::notify::AUTH_CHANNEL)) empties every
+//! [`AUTH_CHANNEL`](unigen_db::notify::AUTH_CHANNEL)) empties every
 //! process's cache at once, so a revocation takes effect within
 //! milliseconds. While the listener is disconnected, notifications may be
 //! missed: the cache is bypassed until it is back.
@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
-use unigen_shared::db::models::KeyAuthRow;
-use unigen_shared::notify::{AUTH_CHANGED, ListenerHub};
+use unigen_db::models::KeyAuthRow;
+use unigen_db::notify::AUTH_CHANGED;
+use unigen_db::notify::ListenerHub;
 
 /// Past this many entries the cache is emptied rather than grown (keys
 /// guessed at random are never cached, only verified ones).

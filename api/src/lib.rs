@@ -2,6 +2,7 @@
 //! long polls, file serving, health, metrics and OpenAPI.
 
 mod auth;
+mod charge_slot;
 pub mod cli;
 mod error;
 mod job_reads;
@@ -24,17 +25,21 @@ use anyhow::Context;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use unigen_shared::agents::run::RunEnv;
-use unigen_shared::agents::tools::{ToolBox, ToolDeps};
-use unigen_shared::config::Settings;
-use unigen_shared::db;
-use unigen_shared::jobs::JobSubmitter;
-use unigen_shared::knowledge::retrieve::Embedder;
-use unigen_shared::llm::ChatModels;
-use unigen_shared::notify::{ListenerHub, Notifier};
-use unigen_shared::providers::Catalogue;
-use unigen_shared::queue::{Publisher, Topology};
-use unigen_shared::storage::{UrlSigner, build_store};
+use unigen_agents::run::RunEnv;
+use unigen_agents::tools::ToolBox;
+use unigen_agents::tools::ToolDeps;
+use unigen_core::config::Settings;
+use unigen_core::storage::UrlSigner;
+use unigen_core::storage::build_store;
+use unigen_db as db;
+use unigen_db::notify::ListenerHub;
+use unigen_db::notify::Notifier;
+use unigen_jobs::JobSubmitter;
+use unigen_jobs::queue::Publisher;
+use unigen_jobs::queue::Topology;
+use unigen_knowledge::retrieve::Embedder;
+use unigen_providers::Catalogue;
+use unigen_providers::llm::ChatModels;
 use utoipa_swagger_ui::SwaggerUi;
 
 pub use openapi::document as openapi_document;
@@ -107,9 +112,9 @@ pub async fn spawn(
         .map_err(|e| anyhow::anyhow!("building HTTP metrics: {e}"))?;
     let catalogue = Arc::new(Catalogue::new(settings.models.clone()));
     let store = build_store(&settings.storage);
-    let fetcher = unigen_shared::fetch::Fetcher::new(&settings.fetch);
-    let local = unigen_shared::providers::local::LocalProvider::new(&settings.local_provider);
-    let search = unigen_shared::search::SearchClient::from_settings(&settings.search)
+    let fetcher = unigen_core::fetch::Fetcher::new(&settings.fetch);
+    let local = unigen_providers::local::LocalProvider::new(&settings.local_provider);
+    let search = unigen_providers::search::SearchClient::from_settings(&settings.search)
         .context("configuring web search")?;
     let upstreams: Arc<std::collections::HashMap<_, _>> = Arc::new(
         settings
@@ -118,7 +123,7 @@ pub async fn spawn(
             .map(|(name, upstream)| {
                 (
                     name.clone(),
-                    unigen_shared::providers::openai::OpenAiClient::new(upstream),
+                    unigen_providers::openai::OpenAiClient::new(upstream),
                 )
             })
             .collect(),

@@ -2,11 +2,11 @@
 //! actix-web-prom's middleware, registered in the same registry.
 
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
-use unigen_shared::db::queries;
-use unigen_shared::domain::Tool;
-use unigen_shared::metrics::ListenerMetrics;
-
-use crate::state::AppState;
+use unigen_core::domain::Tool;
+use unigen_db::PgPool;
+use unigen_db::notify::ListenerHub;
+use unigen_db::queries;
+use unigen_jobs::metrics::ListenerMetrics;
 
 pub struct Metrics {
     pub registry: Registry,
@@ -57,11 +57,11 @@ impl Metrics {
     }
 
     /// Updates the gauges that are read rather than counted.
-    pub async fn refresh(&self, state: &AppState) {
-        self.listener.refresh(&state.hub);
-        self.waiters.set(state.hub.watch_count() as i64);
+    pub async fn refresh(&self, hub: &ListenerHub, pool: &PgPool) {
+        self.listener.refresh(hub);
+        self.waiters.set(hub.watch_count() as i64);
         let counts = async {
-            let mut conn = state.pool.get().await.ok()?;
+            let mut conn = pool.get().await.ok()?;
             queries::jobs::count_by_tool_and_status(&mut conn)
                 .await
                 .ok()
@@ -78,6 +78,6 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
-        unigen_shared::metrics::render(&self.registry)
+        unigen_jobs::metrics::render(&self.registry)
     }
 }

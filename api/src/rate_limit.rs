@@ -11,8 +11,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use unigen_shared::db::queries::limits::{self, RateGrant};
-use unigen_shared::db::{DbError, PgPool};
+use unigen_db::queries::limits;
+
+use unigen_db::DbError;
+use unigen_db::PgPool;
+use unigen_db::queries::limits::RateGrant;
 use uuid::Uuid;
 
 /// How long a block's tokens may be used.

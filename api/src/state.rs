@@ -1,14 +1,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use unigen_shared::config::Settings;
-use unigen_shared::db::PgPool;
-use unigen_shared::fetch::Fetcher;
-use unigen_shared::jobs::JobSubmitter;
-use unigen_shared::notify::{ListenerHub, Notifier};
-use unigen_shared::providers::Catalogue;
-use unigen_shared::queue::Publisher;
-use unigen_shared::storage::{FileStore, UrlSigner};
+use unigen_core::config::Settings;
+use unigen_core::fetch::Fetcher;
+use unigen_core::storage::FileStore;
+use unigen_core::storage::UrlSigner;
+use unigen_db::PgPool;
+use unigen_db::notify::ListenerHub;
+use unigen_db::notify::Notifier;
+use unigen_jobs::JobSubmitter;
+use unigen_jobs::queue::Publisher;
+use unigen_providers::Catalogue;
 
 use crate::metrics::Metrics;
 
@@ -36,12 +38,11 @@ pub struct AppState {
     pub store: Arc<dyn FileStore>,
     pub fetcher: Fetcher,
     /// The built-in provider (chat and embedding test models run in the API).
-    pub local: unigen_shared::providers::local::LocalProvider,
+    pub local: unigen_providers::local::LocalProvider,
     /// The web search backend, when one is configured.
-    pub search: Option<unigen_shared::search::SearchClient>,
+    pub search: Option<unigen_providers::search::SearchClient>,
     /// One client per `[upstreams.*]` entry, built once.
-    pub upstreams:
-        Arc<std::collections::HashMap<String, unigen_shared::providers::openai::OpenAiClient>>,
+    pub upstreams: Arc<std::collections::HashMap<String, unigen_providers::openai::OpenAiClient>>,
     pub signer: UrlSigner,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
@@ -50,7 +51,7 @@ pub struct AppState {
     /// Unix time the process started: the `created` of configured models.
     pub started_at: i64,
     /// What agent runs need (their tools, models, knowledge look-ups).
-    pub runs: unigen_shared::agents::run::RunEnv,
+    pub runs: unigen_agents::run::RunEnv,
 }
 
 /// Wait limits from `[jobs]` and `[notify]`.

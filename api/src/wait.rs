@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use unigen_shared::db::DbError;
-use unigen_shared::db::models::Job;
-use unigen_shared::domain::JobStatus;
+use unigen_core::domain::JobStatus;
+use unigen_db::DbError;
+use unigen_db::models::Job;
 use uuid::Uuid;
 
 use crate::error::ApiError;

@@ -12,10 +12,12 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use unigen_shared::config::Settings;
-use unigen_shared::db;
-use unigen_shared::notify::{ListenerHub, Notifier};
-use unigen_shared::queue::{Publisher, Topology};
+use unigen_core::config::Settings;
+use unigen_db as db;
+use unigen_db::notify::ListenerHub;
+use unigen_db::notify::Notifier;
+use unigen_jobs::queue::Publisher;
+use unigen_jobs::queue::Topology;
 
 pub use runner::{Activity, Task};
 
@@ -83,14 +85,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     if settings.jobs.retention_seconds > 0 {
         tasks.push(Box::new(tasks::retention::Retention::new(
             pool.clone(),
-            unigen_shared::storage::build_store(&settings.storage),
+            unigen_core::storage::build_store(&settings.storage),
             Duration::from_secs(settings.jobs.retention_seconds),
         )));
     }
     if settings.agents.run_retention_seconds > 0 {
         tasks.push(Box::new(tasks::retention::RunRetention::new(
             pool.clone(),
-            unigen_shared::storage::build_store(&settings.storage),
+            unigen_core::storage::build_store(&settings.storage),
             Duration::from_secs(settings.agents.run_retention_seconds),
         )));
     }
@@ -112,7 +114,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     );
     // Bound to a name: the endpoint stops when `run` ends or is dropped.
-    let _metrics_endpoint = unigen_shared::metrics::serve(
+    let _metrics_endpoint = unigen_jobs::metrics::serve(
         &settings.scheduler.metrics_addr,
         Arc::new(metrics::SchedulerScrape::new(
             metrics.clone(),

@@ -1,13 +1,11 @@
 use tokio_util::sync::CancellationToken;
-use unigen_shared::config::Settings;
+use unigen_core::config::Settings;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let settings = Settings::load()?;
-    unigen_shared::telemetry::init("unigen-scheduler");
+    unigen_core::telemetry::init("unigen-scheduler");
     let shutdown = CancellationToken::new();
-    tokio::spawn(unigen_shared::telemetry::shutdown_on_signal(
-        shutdown.clone(),
-    ));
+    tokio::spawn(unigen_core::telemetry::shutdown_on_signal(shutdown.clone()));
     unigen_scheduler::run(settings, shutdown).await
 }

@@ -87,7 +87,7 @@ impl TestDatabase {
                 admin
                     .batch_execute(&format!("CREATE DATABASE {building}"))
                     .await?;
-                unigen_shared::db::run_migrations(&url_for(&admin_url, &building)).await?;
+                unigen_db::run_migrations(&url_for(&admin_url, &building)).await?;
                 admin
                     .batch_execute(&format!("ALTER DATABASE {building} RENAME TO {template}"))
                     .await?;

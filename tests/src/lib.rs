@@ -14,10 +14,12 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use unigen_shared::config::Settings;
-use unigen_shared::db::models::{NewApiKey, NewOrganization};
-use unigen_shared::db::queries;
-use unigen_shared::domain::{ApiKeyMaterial, Scope};
+use unigen_core::config::Settings;
+use unigen_core::domain::ApiKeyMaterial;
+use unigen_core::domain::Scope;
+use unigen_db::models::NewApiKey;
+use unigen_db::models::NewOrganization;
+use unigen_db::queries;
 use uuid::Uuid;
 
 pub use database::TestDatabase;
@@ -97,7 +99,7 @@ impl TestOptions {
 pub struct RawPublisher {
     _connection: lapin::Connection,
     channel: lapin::Channel,
-    topology: unigen_shared::queue::Topology,
+    topology: unigen_jobs::queue::Topology,
 }
 
 impl RawPublisher {
@@ -135,7 +137,7 @@ impl RawPublisher {
 
     /// A job message for `job_id`, as the API would publish it.
     pub async fn publish_job(&self, tool: &str, job_id: &str) {
-        let message = unigen_shared::queue::JobMessage {
+        let message = unigen_jobs::queue::JobMessage {
             job_id: job_id.parse().expect("a job id"),
             tool: tool.into(),
             attempt: 0,
@@ -192,10 +194,10 @@ impl TestApp {
         settings.http.port = 0;
         settings.http.public_base_url = String::new();
         settings.storage.dir = files_dir.clone();
-        settings.worker.tools = unigen_shared::domain::Tool::ALL
+        settings.worker.tools = unigen_core::domain::Tool::ALL
             .iter()
             .map(|t| t.as_str().to_owned())
-            .chain([unigen_shared::queue::KNOWLEDGE_QUEUE.to_owned()])
+            .chain([unigen_jobs::queue::KNOWLEDGE_QUEUE.to_owned()])
             .collect();
         settings.worker.concurrency = 4;
         settings.worker.grace_seconds = 2;
@@ -503,14 +505,14 @@ impl TestApp {
     /// A channel to the test's job exchange, to publish what the API never
     /// would (duplicates, poison messages).
     pub async fn raw_publisher(&self) -> RawPublisher {
-        let connection = unigen_shared::queue::connect(&self.settings.rabbitmq.url, "test")
+        let connection = unigen_jobs::queue::connect(&self.settings.rabbitmq.url, "test")
             .await
             .expect("connecting to RabbitMQ");
         let channel = connection.create_channel().await.expect("a channel");
         RawPublisher {
             _connection: connection,
             channel,
-            topology: unigen_shared::queue::Topology::new(&self.settings.rabbitmq),
+            topology: unigen_jobs::queue::Topology::new(&self.settings.rabbitmq),
         }
     }
 
@@ -607,7 +609,7 @@ pub async fn json_of(response: reqwest::Response) -> (u16, Value) {
 }
 
 /// An `[upstreams.*]` entry for a fake OpenAI-compatible server at `url`.
-pub fn fake_upstream(url: &str) -> unigen_shared::config::UpstreamSettings {
+pub fn fake_upstream(url: &str) -> unigen_core::config::UpstreamSettings {
     serde_json::from_value(serde_json::json!({
         "base_url": format!("{url}/v1"), "api_key": "sk-upstream-secret", "timeout_seconds": 10
     }))
@@ -621,9 +623,10 @@ pub fn fake_chat_model(
     id: &str,
     upstream: &str,
     fallbacks: Vec<String>,
-) -> unigen_shared::config::ModelEntry {
-    use unigen_shared::domain::{ModelCategory, ModelTier};
-    unigen_shared::config::ModelEntry {
+) -> unigen_core::config::ModelEntry {
+    use unigen_core::domain::ModelCategory;
+    use unigen_core::domain::ModelTier;
+    unigen_core::config::ModelEntry {
         id: id.into(),
         category: ModelCategory::Chat,
         tier: ModelTier::Standard,

@@ -5,7 +5,7 @@
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use unigen_shared::config::Settings;
+use unigen_core::config::Settings;
 
 /// A running `unigen-stack <component>` process; killed when dropped.
 pub struct StackProcess {

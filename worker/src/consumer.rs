@@ -13,10 +13,11 @@ use lapin::types::FieldTable;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use unigen_shared::db::{DbError, queries};
-use unigen_shared::domain::Tool;
-use unigen_shared::events;
-use unigen_shared::queue::JobMessage;
+use unigen_core::domain::Tool;
+use unigen_db::DbError;
+use unigen_db::events;
+use unigen_db::queries;
+use unigen_jobs::queue::JobMessage;
 
 use crate::WorkerContext;
 use crate::execute::run_claimed;

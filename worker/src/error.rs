@@ -1,6 +1,6 @@
 //! How a job execution can fail; decides retry vs. final.
 
-use unigen_shared::providers::ProviderError;
+use unigen_core::ProviderError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {

@@ -2,36 +2,18 @@
 
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use unigen_shared::db::models::Job;
-use unigen_shared::db::{DbError, queries};
-use unigen_shared::domain::{JobStatus, Tool};
-use unigen_shared::events;
+use unigen_core::domain::JobStatus;
+use unigen_core::domain::Tool;
+use unigen_db::DbError;
+use unigen_db::events;
+use unigen_db::models::Job;
+use unigen_db::queries;
 use uuid::Uuid;
 
 use crate::WorkerContext;
 use crate::finish::{Finish, Terminal};
+use crate::progress::Progress;
 use crate::registry::{self, ToolOutput};
-
-/// Reports progress (0..99; 100 is written with the result).
-pub struct Progress<'a> {
-    context: &'a WorkerContext,
-    id: Uuid,
-    attempt: i32,
-}
-
-impl Progress<'_> {
-    pub async fn report(&self, percent: i16) {
-        let result = async {
-            let mut conn = self.context.pool.get().await.map_err(DbError::from)?;
-            queries::jobs::set_progress(&mut conn, self.id, self.attempt, percent.clamp(0, 99))
-                .await
-        }
-        .await;
-        if let Err(err) = result {
-            tracing::debug!(error = %err, "progress update failed");
-        }
-    }
-}
 
 enum Outcome {
     Finished(Result<ToolOutput, crate::error::ToolError>),
@@ -52,11 +34,7 @@ pub async fn run_claimed(
     async move {
         let started = std::time::Instant::now();
         let (id, attempt) = (job.id, job.attempt);
-        let progress = Progress {
-            context,
-            id,
-            attempt,
-        };
+        let progress = Progress::new(context, id, attempt);
         let outcome = tokio::select! {
             result = registry::run(context, tool, &job, &progress) => Outcome::Finished(result),
             () = watch_ownership(context, id, attempt) => Outcome::NoLongerOurs,

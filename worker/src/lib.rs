@@ -7,6 +7,7 @@ mod execute;
 mod finish;
 mod knowledge;
 mod metrics;
+mod progress;
 mod registry;
 mod tools;
 
@@ -17,16 +18,21 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use unigen_shared::config::Settings;
-use unigen_shared::db::{self, PgPool};
-use unigen_shared::domain::Tool;
-use unigen_shared::notify::{ListenerHub, Notifier};
-use unigen_shared::providers::Catalogue;
-use unigen_shared::providers::local::LocalProvider;
-use unigen_shared::providers::openai::OpenAiClient;
-use unigen_shared::providers::replicate::ReplicateClient;
-use unigen_shared::queue::{SharedConnection, Topology};
-use unigen_shared::storage::{FileStore, UrlSigner, build_store};
+use unigen_core::config::Settings;
+use unigen_core::domain::Tool;
+use unigen_core::storage::FileStore;
+use unigen_core::storage::UrlSigner;
+use unigen_core::storage::build_store;
+use unigen_db as db;
+use unigen_db::PgPool;
+use unigen_db::notify::ListenerHub;
+use unigen_db::notify::Notifier;
+use unigen_jobs::queue::SharedConnection;
+use unigen_jobs::queue::Topology;
+use unigen_providers::Catalogue;
+use unigen_providers::local::LocalProvider;
+use unigen_providers::openai::OpenAiClient;
+use unigen_providers::replicate::ReplicateClient;
 
 /// What every job execution needs.
 pub(crate) struct WorkerContext {
@@ -70,13 +76,13 @@ pub fn parse_tools(names: &[String]) -> anyhow::Result<Queues> {
         knowledge: false,
     };
     for name in names {
-        if name == unigen_shared::queue::KNOWLEDGE_QUEUE {
+        if name == unigen_jobs::queue::KNOWLEDGE_QUEUE {
             queues.knowledge = true;
             continue;
         }
         let tool: Tool = name
             .parse()
-            .map_err(|mut e: unigen_shared::domain::ParseEnumError| {
+            .map_err(|mut e: unigen_core::domain::ParseEnumError| {
                 e.expected.push_str(", knowledge");
                 anyhow::anyhow!("--tools: {e}")
             })?;
@@ -135,7 +141,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
     // Bound to a name: the endpoint stops when `run` ends or is dropped.
-    let _metrics_endpoint = unigen_shared::metrics::serve(
+    let _metrics_endpoint = unigen_jobs::metrics::serve(
         &settings.worker.metrics_addr,
         Arc::new(metrics::WorkerScrape {
             metrics: context.metrics.clone(),
@@ -168,7 +174,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         let (handler_context, hard_stop) = (context.clone(), hard_stop.clone());
         consumers.push(tokio::spawn(consumer::consume(
             context.clone(),
-            unigen_shared::queue::KNOWLEDGE_QUEUE,
+            unigen_jobs::queue::KNOWLEDGE_QUEUE,
             shutdown.clone(),
             jobs.clone(),
             move |delivery| {

@@ -1,6 +1,6 @@
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
-use unigen_shared::config::Settings;
+use unigen_core::config::Settings;
 
 /// Consumes generation jobs for the given tools.
 #[derive(Parser)]
@@ -28,10 +28,8 @@ async fn main() -> anyhow::Result<()> {
     if let Some(concurrency) = args.concurrency {
         settings.worker.concurrency = concurrency.max(1);
     }
-    unigen_shared::telemetry::init("unigen-worker");
+    unigen_core::telemetry::init("unigen-worker");
     let shutdown = CancellationToken::new();
-    tokio::spawn(unigen_shared::telemetry::shutdown_on_signal(
-        shutdown.clone(),
-    ));
+    tokio::spawn(unigen_core::telemetry::shutdown_on_signal(shutdown.clone()));
     unigen_worker::run(settings, shutdown).await
 }

@@ -1,14 +1,17 @@
 //! The worker's Prometheus metrics, served by
-//! [`unigen_shared::metrics::serve`] on `worker.metrics_addr`.
+//! [`unigen_jobs::metrics::serve`] on `worker.metrics_addr`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Registry};
-use unigen_shared::domain::Tool;
-use unigen_shared::metrics::{ListenerMetrics, Scrape, job_failures, render};
-use unigen_shared::notify::ListenerHub;
+use unigen_core::domain::Tool;
+use unigen_db::notify::ListenerHub;
+use unigen_jobs::metrics::ListenerMetrics;
+use unigen_jobs::metrics::Scrape;
+use unigen_jobs::metrics::job_failures;
+use unigen_jobs::metrics::render;
 
 /// Job run times span a 10 ms echo to a 30 min video.
 const JOB_DURATION_BUCKETS: &[f64] = &[

@@ -1,11 +1,11 @@
 //! The one list of tools this worker can run, and dispatch to their handlers.
 
-use unigen_shared::db::models::Job;
-use unigen_shared::domain::Tool;
+use unigen_core::domain::Tool;
+use unigen_db::models::Job;
 
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::execute::Progress;
+use crate::progress::Progress;
 use crate::tools;
 
 /// What a finished tool hands back: `outputData` (file keys, not URLs) and

@@ -6,7 +6,6 @@ pub mod allowances;
 pub mod slots;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix_web::HttpMessage;
@@ -15,10 +14,14 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use chrono::Utc;
-use unigen_shared::billing::{AccountSnapshot, Charge, Estimate, Settled};
-use unigen_shared::db::models::UsageRecord;
-use unigen_shared::db::queries::billing::Amount;
-use unigen_shared::db::{DbError, PgPool, queries};
+use unigen_db::DbError;
+use unigen_db::PgPool;
+use unigen_db::billing::Charge;
+use unigen_db::billing::Estimate;
+use unigen_db::billing::Settled;
+use unigen_db::models::UsageRecord;
+use unigen_db::queries;
+use unigen_db::queries::billing::Amount;
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -56,39 +59,7 @@ fn spawn_housekeeping(
     })
 }
 
-/// What the response's credit headers report, filled by the handler; and
-/// the per-request concurrency slots being released, which the response
-/// waits for (a client that sends its next request once it has the answer
-/// must find the slot free, whichever API process serves it).
-#[derive(Debug, Clone, Default)]
-pub struct ChargeSlot {
-    charge: Arc<Mutex<Option<(i64, AccountSnapshot)>>>,
-    releases: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
-}
-
-impl ChargeSlot {
-    pub fn record(&self, credits_used: i64, snapshot: AccountSnapshot) {
-        *self.charge.lock().expect("charge slot poisoned") = Some((credits_used, snapshot));
-    }
-
-    fn take(&self) -> Option<(i64, AccountSnapshot)> {
-        self.charge.lock().expect("charge slot poisoned").take()
-    }
-
-    fn track_release(&self, release: tokio::task::JoinHandle<()>) {
-        self.releases
-            .lock()
-            .expect("charge slot poisoned")
-            .push(release);
-    }
-
-    async fn releases_done(&self) {
-        let releases = std::mem::take(&mut *self.releases.lock().expect("charge slot poisoned"));
-        for release in releases {
-            let _ = release.await;
-        }
-    }
-}
+pub use crate::charge_slot::ChargeSlot;
 
 /// Reads the account's balances for the headers of a job-backed response
 /// (the worker settled it; the API only reports).
@@ -141,7 +112,7 @@ pub async fn credit_headers(
             );
             set(
                 "x-overage-rate",
-                format!("{}", unigen_shared::billing::usd(rate)),
+                format!("{}", unigen_db::billing::usd(rate)),
             );
         }
     }
@@ -245,7 +216,7 @@ impl Drop for ConcurrencySlot {
 pub struct SyncReservation {
     pub id: Uuid,
     hold: allowances::Hold,
-    notifier: unigen_shared::notify::Notifier,
+    notifier: unigen_db::notify::Notifier,
     org_id: Uuid,
     key_id: Uuid,
     endpoint: &'static str,

@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
-use unigen_shared::db::queries::limits;
-use unigen_shared::db::{DbError, PgPool};
+use unigen_db::DbError;
+use unigen_db::PgPool;
+use unigen_db::queries::limits;
 use uuid::Uuid;
 
 /// Largest block leased at once.

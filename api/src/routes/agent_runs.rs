@@ -10,11 +10,16 @@ use chrono::{DateTime, Utc};
 use futures_util::stream;
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedReceiver;
-use unigen_shared::agents::run::{self, RunCaller, RunEvent, RunRequest};
-use unigen_shared::db::models::{AgentRun, AgentRunStep};
-use unigen_shared::db::queries::agent_runs::STATUSES;
-use unigen_shared::db::{DbError, queries};
-use unigen_shared::domain::Scope;
+use unigen_agents::run;
+use unigen_agents::run::RunCaller;
+use unigen_agents::run::RunEvent;
+use unigen_agents::run::RunRequest;
+use unigen_core::domain::Scope;
+use unigen_db::DbError;
+use unigen_db::models::AgentRun;
+use unigen_db::models::AgentRunStep;
+use unigen_db::queries;
+use unigen_db::queries::agent_runs::STATUSES;
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -266,7 +271,7 @@ pub async fn get_run(
 #[cfg(test)]
 mod tests {
     use futures_util::StreamExt;
-    use unigen_shared::agents::run::StepView;
+    use unigen_agents::run::StepView;
 
     use super::*;
 

@@ -8,12 +8,22 @@ use actix_web::{HttpResponse, get, post, web};
 use diesel_async::AsyncConnection;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use unigen_shared::billing::{Bucket, CREDITS, from_milli, usd};
-use unigen_shared::db::models::{BillingAccount, CreditTransaction, Plan};
-use unigen_shared::db::queries::billing::{OverageSettings, TransactionFilter};
-use unigen_shared::db::{DbError, PgConnection, queries};
-use unigen_shared::domain::{ModelCategory, ModelTier, Scope};
-use unigen_shared::jobs::ValidationError;
+use unigen_core::ValidationError;
+use unigen_core::domain::ModelCategory;
+use unigen_core::domain::ModelTier;
+use unigen_core::domain::Scope;
+use unigen_db::DbError;
+use unigen_db::PgConnection;
+use unigen_db::billing::Bucket;
+use unigen_db::billing::CREDITS;
+use unigen_db::billing::from_milli;
+use unigen_db::billing::usd;
+use unigen_db::models::BillingAccount;
+use unigen_db::models::CreditTransaction;
+use unigen_db::models::Plan;
+use unigen_db::queries;
+use unigen_db::queries::billing::OverageSettings;
+use unigen_db::queries::billing::TransactionFilter;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -196,7 +206,7 @@ pub async fn get_quota(
             let row = rows.iter().find(|r| r.bucket == bucket.as_str());
             let used = row.map_or(0, |r| r.used_milli);
             let reserved = row.map_or(0, |r| r.reserved_milli);
-            let limit = bucket.limit(&plan);
+            let limit = plan.limit(bucket);
             let tiers: serde_json::Map<String, Value> = ModelTier::ALL
                 .iter()
                 .map(|&tier| (tier.as_str().to_owned(), json!(bucket.multiplier(tier))))
@@ -400,7 +410,7 @@ pub async fn get_account(
             .await?
             .ok_or_else(|| ApiError::internal(anyhow::anyhow!("caller's org is gone")))?
     };
-    let available = |bucket: Bucket| bucket.limit(&plan) != Some(0);
+    let available = |bucket: Bucket| plan.limit(bucket) != Some(0);
     let available_models: Vec<&str> = state
         .catalogue
         .all()

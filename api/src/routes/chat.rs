@@ -9,18 +9,28 @@ use actix_web::web::Bytes;
 use actix_web::{HttpResponse, post, web};
 use futures_util::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use unigen_shared::billing::{Bucket, Charge, Estimate, Refusal, Settled, chat_credits, to_milli};
-use unigen_shared::chat::{
-    ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_prompt_tokens,
-    count_tokens,
-};
-use unigen_shared::config::ModelEntry;
-use unigen_shared::domain::{ModelCategory, Scope};
-use unigen_shared::jobs::ValidationError;
-use unigen_shared::providers::ProviderError;
-use unigen_shared::providers::local::chat;
-use unigen_shared::providers::openai::{ChunkStream, OpenAiClient};
-use unigen_shared::search::grounding_prompt;
+use unigen_core::ProviderError;
+use unigen_core::ValidationError;
+use unigen_core::config::ModelEntry;
+use unigen_core::domain::ModelCategory;
+use unigen_core::domain::Scope;
+use unigen_db::billing::Bucket;
+use unigen_db::billing::Charge;
+use unigen_db::billing::Estimate;
+use unigen_db::billing::Refusal;
+use unigen_db::billing::Settled;
+use unigen_db::billing::chat_credits;
+use unigen_db::billing::to_milli;
+use unigen_providers::chat::ChatCompletionRequest;
+use unigen_providers::chat::ChatMessage;
+use unigen_providers::chat::ChatParams;
+use unigen_providers::chat::MessageContent;
+use unigen_providers::chat::count_prompt_tokens;
+use unigen_providers::chat::count_tokens;
+use unigen_providers::local::chat;
+use unigen_providers::openai::ChunkStream;
+use unigen_providers::openai::OpenAiClient;
+use unigen_providers::search::grounding_prompt;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};

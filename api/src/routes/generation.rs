@@ -3,12 +3,20 @@
 
 use actix_web::HttpResponse;
 use chrono::Utc;
-use unigen_shared::billing::{Bucket, Estimate, to_milli};
-use unigen_shared::config::ModelEntry;
-use unigen_shared::db::models::Job;
-use unigen_shared::domain::{JobStatus, Tool};
-use unigen_shared::fetch::{Media, sniff};
-use unigen_shared::jobs::{MediaRef, NewJobRequest, StoredInput, StoredInputs, ValidationError};
+use unigen_core::ValidationError;
+use unigen_core::config::ModelEntry;
+use unigen_core::domain::JobStatus;
+use unigen_core::domain::Tool;
+use unigen_core::fetch::Media;
+use unigen_core::fetch::sniff;
+use unigen_core::params::MediaRef;
+use unigen_core::params::StoredInput;
+use unigen_core::params::StoredInputs;
+use unigen_db::billing::Bucket;
+use unigen_db::billing::Estimate;
+use unigen_db::billing::to_milli;
+use unigen_db::models::Job;
+use unigen_jobs::NewJobRequest;
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -196,7 +204,7 @@ pub fn presented_output(state: &AppState, job: &Job) -> Result<serde_json::Value
     job.output_data
         .as_ref()
         .map(|o| {
-            unigen_shared::storage::present_files(
+            unigen_core::storage::present_files(
                 o,
                 &state.signer,
                 Utc::now().timestamp(),

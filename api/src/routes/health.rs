@@ -43,7 +43,7 @@ pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
 /// Prometheus text format.
 #[get("/metrics")]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    state.metrics.refresh(&state).await;
+    state.metrics.refresh(&state.hub, &state.pool).await;
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render())

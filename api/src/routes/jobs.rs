@@ -2,9 +2,12 @@ use std::collections::HashMap;
 
 use actix_web::{HttpResponse, delete, get, web};
 use chrono::Utc;
-use unigen_shared::db::queries::jobs::{CancelOutcome, JobFilter};
-use unigen_shared::db::{DbError, queries};
-use unigen_shared::domain::{Scope, Tool};
+use unigen_core::domain::Scope;
+use unigen_core::domain::Tool;
+use unigen_db::DbError;
+use unigen_db::queries;
+use unigen_db::queries::jobs::CancelOutcome;
+use unigen_db::queries::jobs::JobFilter;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -122,7 +125,7 @@ pub async fn cancel_job(
     let id = path_id(KIND, &path)?;
     let outcome = {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        unigen_shared::jobs::cancel(&mut conn, caller.org_id, id).await?
+        unigen_jobs::cancel(&mut conn, caller.org_id, id).await?
     };
     match outcome {
         CancelOutcome::Cancelled(_) => {

@@ -8,16 +8,22 @@ use actix_web::{HttpRequest, HttpResponse, delete, get, post, web};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use serde::Serialize;
-use unigen_shared::agents::AgentLimits;
-use unigen_shared::db::models::KnowledgeFile;
-use unigen_shared::db::{DbError, queries};
-use unigen_shared::domain::Scope;
-use unigen_shared::jobs::ValidationError;
-use unigen_shared::knowledge::upload::{
-    self, AcceptError, AcceptOutcome, Upload, UploadRefusal, display_name, max_file_bytes,
-    storage_prefix,
-};
-use unigen_shared::knowledge::{KnowledgeFormat, MAX_FILE_BYTES};
+use unigen_agents::AgentLimits;
+use unigen_core::ValidationError;
+use unigen_core::domain::Scope;
+use unigen_db::DbError;
+use unigen_db::models::KnowledgeFile;
+use unigen_db::queries;
+use unigen_knowledge::KnowledgeFormat;
+use unigen_knowledge::MAX_FILE_BYTES;
+use unigen_knowledge::upload;
+use unigen_knowledge::upload::AcceptError;
+use unigen_knowledge::upload::AcceptOutcome;
+use unigen_knowledge::upload::Upload;
+use unigen_knowledge::upload::UploadRefusal;
+use unigen_knowledge::upload::display_name;
+use unigen_knowledge::upload::max_file_bytes;
+use unigen_knowledge::upload::storage_prefix;
 use uuid::Uuid;
 
 use crate::auth::Caller;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Days, NaiveDate, NaiveDateTime, NaiveTime, Utc};
 use serde::de::DeserializeOwned;
-use unigen_shared::jobs::ValidationError;
+use unigen_core::ValidationError;
 
 use crate::error::ApiError;
 

@@ -3,8 +3,10 @@ use std::collections::HashMap;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, post, web};
 use serde_json::json;
-use unigen_shared::domain::{ModelCategory, Scope, Tool};
-use unigen_shared::jobs::speech::SpeechRequest;
+use unigen_core::domain::ModelCategory;
+use unigen_core::domain::Scope;
+use unigen_core::domain::Tool;
+use unigen_core::params::speech::SpeechRequest;
 
 use super::generation::{self, Generation};
 use crate::auth::Caller;
@@ -116,7 +118,7 @@ pub async fn create_speech(
     })))
 }
 
-fn params_format(job: &unigen_shared::db::models::Job) -> String {
+fn params_format(job: &unigen_db::models::Job) -> String {
     job.input_params["response_format"]
         .as_str()
         .unwrap_or("mp3")

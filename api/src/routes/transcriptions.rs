@@ -2,10 +2,13 @@ use std::collections::HashMap;
 
 use actix_web::{HttpResponse, post, web};
 use serde_json::json;
-use unigen_shared::domain::{ModelCategory, Scope, Tool};
-use unigen_shared::jobs::ValidationError;
-use unigen_shared::jobs::transcription::{Transcript, TranscriptionRequest};
-use unigen_shared::providers::local::audio::probe_duration;
+use unigen_core::ValidationError;
+use unigen_core::audio::probe_duration;
+use unigen_core::domain::ModelCategory;
+use unigen_core::domain::Scope;
+use unigen_core::domain::Tool;
+use unigen_core::params::transcription::Transcript;
+use unigen_core::params::transcription::TranscriptionRequest;
 
 use super::generation::{self, Generation};
 

@@ -11,10 +11,12 @@ use actix_web::http::header;
 use actix_web::{HttpResponse, get, web};
 use chrono::{DateTime, TimeDelta, Utc};
 use diesel_async::AsyncPgConnection;
-use unigen_shared::db::DbError;
-use unigen_shared::db::queries::usage::{self, ReportQuery, UsageFilter};
-use unigen_shared::domain::Scope;
-use unigen_shared::jobs::ValidationError;
+use unigen_core::ValidationError;
+use unigen_core::domain::Scope;
+use unigen_db::DbError;
+use unigen_db::queries::usage;
+use unigen_db::queries::usage::ReportQuery;
+use unigen_db::queries::usage::UsageFilter;
 
 use self::params::{Aggregation, Bound, Format, UsageParams};
 use self::view::{Context, UsageResponse, local_time};

@@ -4,7 +4,9 @@
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_shared::db::{DbError, PgPool, queries};
+use unigen_db::DbError;
+use unigen_db::PgPool;
+use unigen_db::queries;
 
 use crate::runner::{Activity, Task};
 

@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_shared::db::{DbError, PgPool, queries};
-use unigen_shared::queue::{KnowledgeMessage, Publisher};
+use unigen_db::DbError;
+use unigen_db::PgPool;
+use unigen_db::queries;
+use unigen_jobs::queue::KnowledgeMessage;
+use unigen_jobs::queue::Publisher;
 
 use crate::runner::{Activity, Task};
 

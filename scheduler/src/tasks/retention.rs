@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_shared::agents::run_storage_prefix;
-use unigen_shared::db::{PgPool, queries};
-use unigen_shared::storage::{FileStore, stored_files};
+use unigen_core::storage::FileStore;
+use unigen_core::storage::run_storage_prefix;
+use unigen_core::storage::stored_files;
+use unigen_db::PgPool;
+use unigen_db::queries;
 
 use crate::runner::{Activity, Task};
 

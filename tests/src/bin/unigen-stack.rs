@@ -6,17 +6,15 @@
 //! own package.
 
 use tokio_util::sync::CancellationToken;
-use unigen_shared::config::Settings;
+use unigen_core::config::Settings;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let component = std::env::args().nth(1).unwrap_or_default();
     let settings = Settings::load()?;
-    unigen_shared::telemetry::init(&format!("unigen-stack {component}"));
+    unigen_core::telemetry::init(&format!("unigen-stack {component}"));
     let shutdown = CancellationToken::new();
-    tokio::spawn(unigen_shared::telemetry::shutdown_on_signal(
-        shutdown.clone(),
-    ));
+    tokio::spawn(unigen_core::telemetry::shutdown_on_signal(shutdown.clone()));
     match component.as_str() {
         "worker" => unigen_worker::run(settings, shutdown).await,
         "scheduler" => unigen_scheduler::run(settings, shutdown).await,

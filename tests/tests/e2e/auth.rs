@@ -4,7 +4,7 @@ use unigen_tests::{TestApp, TestOptions, json_of};
 
 /// Revokes `key` straight in the database, as an operator in psql would.
 async fn revoke_in_sql(app: &TestApp, key: &str) {
-    let hash = unigen_shared::domain::hash_key(key);
+    let hash = unigen_core::domain::hash_key(key);
     app.db
         .client()
         .await

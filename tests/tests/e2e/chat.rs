@@ -2,8 +2,9 @@
 //! openai adapter against a fake upstream speaking the real wire format.
 
 use serde_json::{Value, json};
-use unigen_shared::config::{ModelEntry, UpstreamSettings};
-use unigen_shared::domain::ModelCategory;
+use unigen_core::config::ModelEntry;
+use unigen_core::config::UpstreamSettings;
+use unigen_core::domain::ModelCategory;
 use unigen_tests::{TestApp, TestOptions, json_of};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use reqwest::multipart::{Form, Part};
 use serde_json::{Value, json};
-use unigen_shared::knowledge::retrieve::{Embedder, relevant_excerpts};
+use unigen_knowledge::retrieve::Embedder;
+use unigen_knowledge::retrieve::relevant_excerpts;
 use unigen_tests::{TestApp, TestOptions, json_of};
 use uuid::Uuid;
 
@@ -102,11 +103,11 @@ async fn chunk_count(app: &TestApp, id: &str) -> i64 {
 }
 
 fn pdf(title: &str, content: &str) -> Vec<u8> {
-    let spec = unigen_shared::artifacts::document::parse_document_spec(
+    let spec = unigen_artifacts::document::parse_document_spec(
         &json!({"format": "pdf", "title": title, "content": content}),
     )
     .expect("a valid document");
-    unigen_shared::artifacts::document::render_document(&spec)
+    unigen_artifacts::document::render_document(&spec)
         .expect("a PDF")
         .bytes
 }

@@ -743,11 +743,8 @@ async fn the_ledger_balances_after_a_random_workload() {
                 let mut conn = app.db.connect().await;
                 use diesel_async::AsyncConnection;
                 let credits = 1 + (next() % 7) as i64;
-                conn.transaction::<_, unigen_shared::db::DbError, _>(async |conn| {
-                    unigen_shared::db::queries::billing::purchase(
-                        conn, app.org_id, credits, "top-up",
-                    )
-                    .await
+                conn.transaction::<_, unigen_db::DbError, _>(async |conn| {
+                    unigen_db::queries::billing::purchase(conn, app.org_id, credits, "top-up").await
                 })
                 .await
                 .unwrap();

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lapin::options::QueueDeclareOptions;
 use serde_json::json;
-use unigen_shared::queue::Topology;
+use unigen_jobs::queue::Topology;
 use unigen_tests::{TestApp, TestOptions, json_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,7 +26,7 @@ async fn the_pipeline_runs_on_quorum_queues() {
     // The broker really made it a quorum queue: the same arguments redeclare
     // fine, and differ only in the type from a classic declaration that fails.
     let topology = Topology::new(&app.settings.rabbitmq);
-    let connection = unigen_shared::queue::connect(&app.settings.rabbitmq.url, "test")
+    let connection = unigen_jobs::queue::connect(&app.settings.rabbitmq.url, "test")
         .await
         .unwrap();
     let declare = |queue_type: &'static str| {

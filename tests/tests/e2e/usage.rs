@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Client;
-use unigen_shared::domain::hash_key;
+use unigen_core::domain::hash_key;
 use unigen_tests::{TestApp, TestOptions, json_of};
 use uuid::Uuid;
 

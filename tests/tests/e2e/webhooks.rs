@@ -759,7 +759,7 @@ async fn a_scheduler_killed_mid_attempt_leaves_the_delivery_to_a_restarted_one()
         .with_priority(2)
         .mount(&server)
         .await;
-    let short_lease = |s: &mut unigen_shared::config::Settings| {
+    let short_lease = |s: &mut unigen_core::config::Settings| {
         // Long enough that the kill surely lands before the attempt's own timeout.
         s.webhooks.timeout_ms = 5_000;
         s.webhooks.lease_margin_ms = 500;

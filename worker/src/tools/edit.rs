@@ -2,16 +2,19 @@
 
 use image::imageops::FilterType;
 use serde_json::json;
-use unigen_shared::db::models::Job;
-use unigen_shared::jobs::edit::EditParams;
-use unigen_shared::jobs::image::parse_size;
-use unigen_shared::providers::ProviderError;
-use unigen_shared::providers::local::edit::{self, Direction, EditOperation, EditSpec};
+use unigen_core::ProviderError;
+use unigen_core::params::edit::EditParams;
+use unigen_core::params::image::parse_size;
+use unigen_db::models::Job;
+use unigen_render::edit;
+use unigen_render::edit::Direction;
+use unigen_render::edit::EditOperation;
+use unigen_render::edit::EditSpec;
 
 use super::{blocking, input, params_of, required_input, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::execute::Progress;
+use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
 fn operation(name: &str) -> Option<EditOperation> {
@@ -106,8 +109,8 @@ async fn run_replicate_edit(
     context: &WorkerContext,
     job: &Job,
     params: &EditParams,
-    model: &unigen_shared::config::ModelEntry,
-    client: &unigen_shared::providers::replicate::ReplicateClient,
+    model: &unigen_core::config::ModelEntry,
+    client: &unigen_providers::replicate::ReplicateClient,
 ) -> Result<ToolOutput, ToolError> {
     let mut body = json!({
         "operation": params.operation, "prompt": params.prompt, "strength": params.strength, "seed": params.seed,

@@ -2,16 +2,16 @@
 //! report progress.
 
 use serde_json::json;
-use unigen_shared::db::models::Job;
-use unigen_shared::jobs::image::ImageParams;
+use unigen_core::params::image::ImageParams;
+use unigen_db::models::Job;
 
-use unigen_shared::config::ModelEntry;
-use unigen_shared::providers::openai::OpenAiClient;
+use unigen_core::config::ModelEntry;
+use unigen_providers::openai::OpenAiClient;
 
 use super::{params_of, retry_transient, store_output, upstream_client};
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::execute::Progress;
+use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
 pub async fn run(
@@ -27,10 +27,11 @@ pub async fn run(
     for index in 0..params.n {
         // Transient provider failures are retried inside the attempt.
         let png = retry_transient(|| async {
+            context.local.simulate_conditions().await?;
             if params.logo.is_some() {
-                context.local.generate_logo(&params, index).await
+                unigen_render::logo(&params, index).await
             } else {
-                context.local.generate_image(&params, index).await
+                unigen_render::image(&params, index).await
             }
         })
         .await?;
@@ -71,7 +72,7 @@ async fn run_upstream(
         let (width, height) = image::load_from_memory(&bytes)
             .map(|img| (img.width(), img.height()))
             .map_err(|_| {
-                ToolError::Provider(unigen_shared::providers::ProviderError::Permanent(
+                ToolError::Provider(unigen_core::ProviderError::Permanent(
                     "the upstream image could not be decoded".into(),
                 ))
             })?;

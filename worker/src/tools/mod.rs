@@ -13,10 +13,11 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
-use unigen_shared::db::models::Job;
-use unigen_shared::jobs::StoredInputs;
-use unigen_shared::providers::ProviderError;
-use unigen_shared::providers::replicate::{ReplicateClient, first_output_url};
+use unigen_core::ProviderError;
+use unigen_core::params::StoredInputs;
+use unigen_db::models::Job;
+use unigen_providers::replicate::ReplicateClient;
+use unigen_providers::replicate::first_output_url;
 
 use crate::WorkerContext;
 use crate::error::ToolError;
@@ -75,7 +76,7 @@ pub async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
     tokio::task::spawn_blocking(work).await.map_err(|e| {
-        ToolError::Provider(unigen_shared::providers::ProviderError::Permanent(format!(
+        ToolError::Provider(unigen_core::ProviderError::Permanent(format!(
             "processing crashed: {e}"
         )))
     })?
@@ -106,8 +107,8 @@ pub fn upstream_client<'a>(
     job: &Job,
 ) -> Result<
     Option<(
-        &'a unigen_shared::config::ModelEntry,
-        &'a unigen_shared::providers::openai::OpenAiClient,
+        &'a unigen_core::config::ModelEntry,
+        &'a unigen_providers::openai::OpenAiClient,
     )>,
     ToolError,
 > {
@@ -138,7 +139,7 @@ const REPLICATE_MAX_OUTPUT: usize = 512 * 1024 * 1024;
 pub fn replicate_client<'a>(
     context: &'a WorkerContext,
     job: &Job,
-) -> Result<Option<(&'a unigen_shared::config::ModelEntry, &'a ReplicateClient)>, ToolError> {
+) -> Result<Option<(&'a unigen_core::config::ModelEntry, &'a ReplicateClient)>, ToolError> {
     let model = context.catalogue.get(&job.model).ok_or_else(|| {
         ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
     })?;
@@ -162,7 +163,7 @@ pub fn replicate_client<'a>(
 /// runs in its own task: if the job is cancelled (this future dropped), the
 /// token fires and the task cancels the prediction upstream.
 pub async fn run_replicate(
-    model: &unigen_shared::config::ModelEntry,
+    model: &unigen_core::config::ModelEntry,
     client: &ReplicateClient,
     mut input: serde_json::Value,
     model_inputs: Option<&serde_json::Value>,

@@ -1,15 +1,18 @@
 //! Music synthesized from the prompt (or transformed from source audio).
 
 use serde_json::json;
-use unigen_shared::db::models::Job;
-use unigen_shared::jobs::music::MusicParams;
-use unigen_shared::providers::local::audio::{self, AudioFormat};
-use unigen_shared::providers::local::music::{self, MusicSpec, SAMPLE_RATE};
+use unigen_core::audio;
+use unigen_core::audio::AudioFormat;
+use unigen_core::params::music::MusicParams;
+use unigen_db::models::Job;
+use unigen_render::music;
+use unigen_render::music::MusicSpec;
+use unigen_render::music::SAMPLE_RATE;
 
 use super::{input, params_of, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::execute::Progress;
+use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
 pub async fn run(

@@ -1,15 +1,17 @@
 //! Text to speech with espeak-ng.
 
 use serde_json::json;
-use unigen_shared::db::models::Job;
-use unigen_shared::jobs::speech::SpeechParams;
-use unigen_shared::providers::local::audio::{self, AudioFormat};
-use unigen_shared::providers::local::speech::{self, SpeechSpec};
+use unigen_core::audio;
+use unigen_core::audio::AudioFormat;
+use unigen_core::params::speech::SpeechParams;
+use unigen_db::models::Job;
+use unigen_render::speech;
+use unigen_render::speech::SpeechSpec;
 
 use super::{params_of, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::execute::Progress;
+use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
 pub fn format(name: &str) -> AudioFormat {

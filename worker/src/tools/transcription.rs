@@ -1,15 +1,15 @@
 //! Speech to text through the model's `openai` upstream (the Whisper sidecar
 //! by default).
 
-use unigen_shared::db::models::Job;
-use unigen_shared::jobs::transcription::TranscriptionParams;
-use unigen_shared::providers::ProviderError;
-use unigen_shared::providers::openai::TranscribeOptions;
+use unigen_core::ProviderError;
+use unigen_core::params::transcription::TranscriptionParams;
+use unigen_db::models::Job;
+use unigen_providers::openai::TranscribeOptions;
 
 use super::{params_of, required_input};
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::execute::Progress;
+use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
 pub async fn run(

@@ -1,15 +1,17 @@
 //! Video generation: frames rendered in Rust, encoded by ffmpeg.
 
 use serde_json::json;
-use unigen_shared::db::models::Job;
-use unigen_shared::jobs::video::VideoParams;
-use unigen_shared::providers::ProviderError;
-use unigen_shared::providers::local::video::{self, VideoMode, VideoSpec};
+use unigen_core::ProviderError;
+use unigen_core::params::video::VideoParams;
+use unigen_db::models::Job;
+use unigen_render::video;
+use unigen_render::video::VideoMode;
+use unigen_render::video::VideoSpec;
 
 use super::{input, params_of, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::execute::Progress;
+use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
 pub async fn run(
@@ -38,7 +40,7 @@ pub async fn run(
         }
         progress.report(10).await;
         let bytes = super::run_replicate(model, client, body, None).await?;
-        let seconds = unigen_shared::providers::local::audio::probe_duration(&bytes).await?;
+        let seconds = unigen_core::audio::probe_duration(&bytes).await?;
         let key = store_output(context, job, "video.mp4", bytes).await?;
         return Ok(ToolOutput {
             output: json!({ "video": {

@@ -3,7 +3,9 @@
 //! file is consistent and memory holds one batch of rows at a time.
 
 use diesel_async::AsyncPgConnection;
-use unigen_shared::db::queries::usage::{self, LocalRecord, UsageFilter};
+use unigen_db::queries::usage;
+use unigen_db::queries::usage::LocalRecord;
+use unigen_db::queries::usage::UsageFilter;
 
 use super::view::local_time;
 use crate::error::ApiError;

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
-use unigen_shared::db::queries::usage::TimeUnit;
-use unigen_shared::jobs::ValidationError;
+use unigen_core::ValidationError;
+use unigen_db::queries::usage::TimeUnit;
 use uuid::Uuid;
 
 pub use crate::routes::params::{Bound, parse_bound};

@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, FixedOffset, Offset, SecondsFormat, Utc};
 use serde::Serialize;
-use unigen_shared::billing::usd;
-use unigen_shared::db::queries::usage::{
-    CurrentPeriod, LocalRecord, SeriesPoint, TimeUnit, Totals, UsageReport,
-};
+use unigen_db::billing::usd;
+use unigen_db::queries::usage::CurrentPeriod;
+use unigen_db::queries::usage::LocalRecord;
+use unigen_db::queries::usage::SeriesPoint;
+use unigen_db::queries::usage::TimeUnit;
+use unigen_db::queries::usage::Totals;
+use unigen_db::queries::usage::UsageReport;
 
 /// `at` on the wall clock `offset_seconds` east of UTC (`Z` for UTC itself).
 pub fn local_time(at: DateTime<Utc>, offset_seconds: i32) -> String {

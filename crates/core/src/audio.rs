@@ -1,0 +1,623 @@
+//! Audio plumbing shared by the local speech and music providers.
+//!
+//! PCM is produced in Rust and packed into WAV with `hound`; every other
+//! container/codec is delegated to the `ffmpeg` binary (and `ffprobe` for
+//! durations), so no codec libraries are linked into the service. External
+//! programs get their arguments as a list (never a shell), run with a timeout,
+//! are killed if the caller gives up, and write to uniquely named temporary
+//! files that are always removed.
+
+use std::ffi::OsString;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use crate::ProviderError;
+
+/// Longest an ffmpeg/ffprobe run may take before it is killed.
+const FFMPEG_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Sample rate used when durations have to be measured by decoding.
+const PROBE_DECODE_RATE: u32 = 16_000;
+
+/// Output encodings the local provider can deliver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AudioFormat {
+    Mp3,
+    Wav,
+    Opus,
+    Aac,
+    Flac,
+}
+
+impl AudioFormat {
+    /// File extension (without dot). Opus is in an Ogg container, AAC in ADTS.
+    pub fn extension(self) -> &'static str {
+        match self {
+            AudioFormat::Mp3 => "mp3",
+            AudioFormat::Wav => "wav",
+            AudioFormat::Opus => "opus",
+            AudioFormat::Aac => "aac",
+            AudioFormat::Flac => "flac",
+        }
+    }
+
+    /// MIME type of the encoded bytes.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            AudioFormat::Mp3 => "audio/mpeg",
+            AudioFormat::Wav => "audio/wav",
+            AudioFormat::Opus => "audio/ogg",
+            AudioFormat::Aac => "audio/aac",
+            AudioFormat::Flac => "audio/flac",
+        }
+    }
+
+    /// ffmpeg output arguments (codec, bitrate, muxer) for this format.
+    fn ffmpeg_output_args(self) -> &'static [&'static str] {
+        match self {
+            AudioFormat::Mp3 => &["-c:a", "libmp3lame", "-b:a", "128k", "-f", "mp3"],
+            AudioFormat::Wav => &["-c:a", "pcm_s16le", "-f", "wav"],
+            AudioFormat::Opus => &["-c:a", "libopus", "-b:a", "64k", "-f", "ogg"],
+            AudioFormat::Aac => &["-c:a", "aac", "-b:a", "128k", "-f", "adts"],
+            AudioFormat::Flac => &["-c:a", "flac", "-f", "flac"],
+        }
+    }
+}
+
+/// Mono f32 samples in [-1, 1] at `sample_rate` -> WAV bytes (16-bit PCM) via hound.
+///
+/// Out-of-range samples are clamped rather than wrapped, so a slightly hot
+/// signal distorts mildly instead of producing full-scale clicks.
+pub fn encode_wav(samples: &[f32], sample_rate: u32) -> Vec<u8> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut out = Cursor::new(Vec::with_capacity(44 + samples.len() * 2));
+    {
+        // Writing into memory cannot hit I/O errors; hound only fails past 4 GiB.
+        let mut writer = hound::WavWriter::new(&mut out, spec).expect("in-memory WAV header");
+        let mut w16 = writer.get_i16_writer(samples.len() as u32);
+        for &s in samples {
+            let v = if s.is_finite() {
+                s.clamp(-1.0, 1.0)
+            } else {
+                0.0
+            };
+            w16.write_sample((v * 32767.0).round() as i16);
+        }
+        w16.flush().expect("in-memory WAV data");
+        writer.finalize().expect("in-memory WAV finalize");
+    }
+    out.into_inner()
+}
+
+/// Converts WAV bytes to `format` with ffmpeg (stdin -> seekable temp file, 60 s timeout); Wav returns the input.
+///
+/// The output goes to a temporary file rather than a pipe so that ffmpeg can
+/// seek back and finish headers: MP3 gets its Xing/LAME frame (encoder delay
+/// and padding, so decoders report the true duration) and FLAC its
+/// STREAMINFO sample count.
+pub async fn convert_wav(wav: Vec<u8>, format: AudioFormat) -> Result<Vec<u8>, ProviderError> {
+    if format == AudioFormat::Wav {
+        return Ok(wav);
+    }
+    transcode_wav(wav, format, None).await
+}
+
+/// Like [`convert_wav`] but always runs ffmpeg, optionally through an audio
+/// filter graph (e.g. `atempo=1.5`); used when WAV output needs processing.
+pub async fn transcode_wav(
+    wav: Vec<u8>,
+    format: AudioFormat,
+    filter: Option<&str>,
+) -> Result<Vec<u8>, ProviderError> {
+    let out = TempFile::new(format.extension())?;
+    let mut args: Vec<OsString> = [
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-f",
+        "wav",
+        "-i",
+        "pipe:0",
+        "-vn",
+        "-map_metadata",
+        "-1",
+        "-ac",
+        "1",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    if let Some(filter) = filter {
+        args.push("-af".into());
+        args.push(filter.into());
+    }
+    args.extend(format.ffmpeg_output_args().iter().map(OsString::from));
+    args.push("-y".into());
+    args.push(out.path().as_os_str().to_owned());
+    run_tool("ffmpeg", &args, Some(wav), FFMPEG_TIMEOUT).await?;
+    let bytes = tokio::fs::read(out.path())
+        .await
+        .map_err(|e| ProviderError::Permanent(format!("ffmpeg output unreadable: {e}")))?;
+    if bytes.is_empty() {
+        return Err(ProviderError::Permanent(format!(
+            "ffmpeg produced no {} output",
+            format.extension()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Decodes any audio ffmpeg reads (mp3, wav, m4a, flac, ogg, webm...) to mono f32 at `sample_rate`.
+///
+/// The input is staged in a temporary file because some containers (MP4/M4A
+/// with the index at the end) cannot be demuxed from a pipe.
+pub async fn decode_to_pcm(bytes: Vec<u8>, sample_rate: u32) -> Result<Vec<f32>, ProviderError> {
+    if sample_rate == 0 {
+        return Err(ProviderError::Permanent(
+            "sample rate must be positive".into(),
+        ));
+    }
+    if bytes.is_empty() {
+        return Err(ProviderError::Permanent("audio input is empty".into()));
+    }
+    let input = TempFile::new("bin")?;
+    input.write(&bytes).await?;
+    drop(bytes);
+    let raw = decode_file_f32le(input.path(), sample_rate).await?;
+    let samples: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|c| {
+            let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            if v.is_finite() {
+                v.clamp(-1.0, 1.0)
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    if samples.is_empty() {
+        return Err(ProviderError::Permanent(
+            "audio input contains no decodable samples".into(),
+        ));
+    }
+    Ok(samples)
+}
+
+/// Duration in seconds of audio bytes of any format (ffprobe; fall back to decoding).
+///
+/// WAV is measured from its header directly. ffprobe's container duration is
+/// trusted except for MP3 (it ignores the LAME gapless trim and reports
+/// encoder delay and padding as audio) and raw ADTS AAC (only estimated from
+/// the bitrate); those, and any probe failure, are measured by decoding.
+pub async fn probe_duration(bytes: &[u8]) -> Result<f64, ProviderError> {
+    if bytes.is_empty() {
+        return Err(ProviderError::Permanent("audio input is empty".into()));
+    }
+    if let Ok(reader) = hound::WavReader::new(Cursor::new(bytes)) {
+        let spec = reader.spec();
+        let frames = u64::from(reader.duration());
+        let data_bytes = frames * u64::from(spec.channels) * u64::from(spec.bits_per_sample / 8);
+        // A streamed WAV (size fields left at 0x7fffffff) claims more data than exists.
+        if spec.sample_rate > 0 && data_bytes <= bytes.len() as u64 {
+            return Ok(frames as f64 / f64::from(spec.sample_rate));
+        }
+    }
+    let input = TempFile::new("bin")?;
+    input.write(bytes).await?;
+    let args: Vec<OsString> = [
+        "-v",
+        "error",
+        "-show_entries",
+        "format=format_name,duration",
+        "-of",
+        "default=noprint_wrappers=1",
+    ]
+    .iter()
+    .map(OsString::from)
+    .chain(std::iter::once(input.path().as_os_str().to_owned()))
+    .collect();
+    if let Ok(out) = run_tool("ffprobe", &args, None, FFMPEG_TIMEOUT).await {
+        let text = String::from_utf8_lossy(&out);
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_owned()))
+        };
+        let estimated = field("format_name=").is_none_or(|f| f == "aac" || f == "mp3");
+        if !estimated
+            && let Some(d) = field("duration=").and_then(|d| d.parse::<f64>().ok())
+            && d.is_finite()
+            && d > 0.0
+        {
+            return Ok(d);
+        }
+    }
+    let raw = decode_file_f32le(input.path(), PROBE_DECODE_RATE).await?;
+    let frames = raw.len() / 4;
+    if frames == 0 {
+        return Err(ProviderError::Permanent(
+            "audio input contains no decodable samples".into(),
+        ));
+    }
+    Ok(frames as f64 / f64::from(PROBE_DECODE_RATE))
+}
+
+/// Runs ffmpeg to decode `path` to raw mono little-endian f32 on stdout.
+async fn decode_file_f32le(path: &Path, sample_rate: u32) -> Result<Vec<u8>, ProviderError> {
+    let rate = sample_rate.to_string();
+    let mut args: Vec<OsString> = ["-hide_banner", "-loglevel", "error", "-nostdin", "-i"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    args.push(path.as_os_str().to_owned());
+    args.extend(
+        [
+            "-vn",
+            "-ac",
+            "1",
+            "-ar",
+            &rate,
+            "-c:a",
+            "pcm_f32le",
+            "-f",
+            "f32le",
+            "pipe:1",
+        ]
+        .iter()
+        .map(OsString::from),
+    );
+    run_tool("ffmpeg", &args, None, FFMPEG_TIMEOUT).await
+}
+
+/// Parses 16-bit PCM WAV bytes leniently: size fields are ignored and the data
+/// chunk runs to the end of the buffer, as `espeak-ng --stdout` leaves them at
+/// 0x7fffffff. Multi-channel input is down-mixed. Returns (samples, rate).
+pub fn read_pcm16_wav_lenient(bytes: &[u8]) -> Result<(Vec<f32>, u32), ProviderError> {
+    let bad = |what: &str| ProviderError::Permanent(format!("malformed WAV: {what}"));
+    if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return Err(bad("missing RIFF/WAVE header"));
+    }
+    let mut pos = 12;
+    let mut format: Option<(u16, u16, u32, u16)> = None;
+    while pos + 8 <= bytes.len() {
+        let id = &bytes[pos..pos + 4];
+        let size = u32::from_le_bytes([
+            bytes[pos + 4],
+            bytes[pos + 5],
+            bytes[pos + 6],
+            bytes[pos + 7],
+        ]) as usize;
+        let body = pos + 8;
+        if id == b"fmt " {
+            if size < 16 || body + 16 > bytes.len() {
+                return Err(bad("short fmt chunk"));
+            }
+            let f = &bytes[body..body + 16];
+            format = Some((
+                u16::from_le_bytes([f[0], f[1]]),
+                u16::from_le_bytes([f[2], f[3]]),
+                u32::from_le_bytes([f[4], f[5], f[6], f[7]]),
+                u16::from_le_bytes([f[14], f[15]]),
+            ));
+        } else if id == b"data" {
+            let (tag, channels, rate, bits) = format.ok_or_else(|| bad("data before fmt"))?;
+            if tag != 1 || bits != 16 || channels == 0 || rate == 0 {
+                return Err(bad("not 16-bit PCM"));
+            }
+            let end = body.saturating_add(size).min(bytes.len());
+            let ch = usize::from(channels);
+            let samples = bytes[body..end]
+                .chunks_exact(2 * ch)
+                .map(|frame| {
+                    let sum: f32 = frame
+                        .chunks_exact(2)
+                        .map(|s| f32::from(i16::from_le_bytes([s[0], s[1]])))
+                        .sum();
+                    sum / (32768.0 * ch as f32)
+                })
+                .collect();
+            return Ok((samples, rate));
+        }
+        pos = body.saturating_add(size).saturating_add(size & 1);
+    }
+    Err(bad("no data chunk"))
+}
+
+/// Rewrites the RIFF and data sizes of a streamed 16-bit PCM mono WAV (as
+/// `espeak-ng --stdout` writes it, sizes 0x7fffffff) to match the bytes
+/// present, in place and without touching samples. Returns the WAV and the
+/// byte offset where samples start; other layouts are re-encoded.
+pub fn repair_streamed_wav(mut bytes: Vec<u8>) -> Result<(Vec<u8>, usize), ProviderError> {
+    let is_canonical = bytes.len() >= 44
+        && &bytes[0..4] == b"RIFF"
+        && &bytes[8..16] == b"WAVEfmt "
+        && bytes[16..20] == 16u32.to_le_bytes()
+        && bytes[20..22] == 1u16.to_le_bytes()
+        && bytes[22..24] == 1u16.to_le_bytes()
+        && bytes[34..36] == 16u16.to_le_bytes()
+        && &bytes[36..40] == b"data";
+    if !is_canonical {
+        let (samples, rate) = read_pcm16_wav_lenient(&bytes)?;
+        return Ok((encode_wav(&samples, rate), 44));
+    }
+    let data_len = (bytes.len() - 44) & !1;
+    bytes.truncate(44 + data_len);
+    bytes[4..8].copy_from_slice(&((36 + data_len) as u32).to_le_bytes());
+    bytes[40..44].copy_from_slice(&(data_len as u32).to_le_bytes());
+    Ok((bytes, 44))
+}
+
+/// Runs `program` with `args`, optionally feeding `stdin`, and returns its
+/// stdout. Non-zero exit, a missing binary or the timeout become Permanent
+/// errors naming the program with an excerpt of its stderr.
+pub async fn run_tool(
+    program: &str,
+    args: &[OsString],
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+) -> Result<Vec<u8>, ProviderError> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ProviderError::Permanent(format!("{program} is not installed"))
+        } else {
+            ProviderError::Permanent(format!("{program} could not be started: {e}"))
+        }
+    })?;
+    // Feed stdin concurrently with draining stdout/stderr so neither pipe can
+    // fill up and deadlock. A tool closing stdin early is not our error; its
+    // exit status tells.
+    let writer = match (stdin, child.stdin.take()) {
+        (Some(data), Some(mut pipe)) => Some(tokio::spawn(async move {
+            let _ = pipe.write_all(&data).await;
+            let _ = pipe.shutdown().await;
+        })),
+        _ => None,
+    };
+    let output = match tokio::time::timeout(timeout, child.wait_with_output()).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(e)) => {
+            return Err(ProviderError::Permanent(format!("{program} failed: {e}")));
+        }
+        Err(_) => {
+            // Dropping the wait future dropped the child: kill_on_drop ends it.
+            if let Some(w) = writer {
+                w.abort();
+            }
+            return Err(ProviderError::Permanent(format!(
+                "{program} timed out after {} s",
+                timeout.as_secs()
+            )));
+        }
+    };
+    if let Some(w) = writer {
+        let _ = w.await;
+    }
+    if !output.status.success() {
+        return Err(ProviderError::Permanent(format!(
+            "{program} failed ({}): {}",
+            output.status,
+            stderr_excerpt(&output.stderr)
+        )));
+    }
+    Ok(output.stdout)
+}
+
+/// The last few hundred characters of a tool's stderr, on one line.
+fn stderr_excerpt(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    const MAX: usize = 300;
+    if text.chars().count() <= MAX {
+        return if text.is_empty() {
+            "no error output".into()
+        } else {
+            text
+        };
+    }
+    let tail: String = text
+        .chars()
+        .rev()
+        .take(MAX)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("...{tail}")
+}
+
+/// A uniquely named file under the system temp dir, removed on drop.
+pub struct TempFile {
+    path: PathBuf,
+}
+
+impl TempFile {
+    /// Reserves a fresh empty file (created exclusively, so names never collide).
+    pub fn new(extension: &str) -> Result<Self, ProviderError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        for _ in 0..8 {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!(
+                "unigen-audio-{}-{n}-{nanos}.{extension}",
+                std::process::id()
+            ));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(_) => return Ok(Self { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(ProviderError::Transient(format!(
+                        "cannot create temporary audio file: {e}"
+                    )));
+                }
+            }
+        }
+        Err(ProviderError::Transient(
+            "cannot create a unique temporary audio file".into(),
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub async fn write(&self, bytes: &[u8]) -> Result<(), ProviderError> {
+        tokio::fs::write(&self.path, bytes).await.map_err(|e| {
+            ProviderError::Transient(format!("cannot write temporary audio file: {e}"))
+        })
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tone(freq: f32, seconds: f32, rate: u32) -> Vec<f32> {
+        let n = (seconds * rate as f32) as usize;
+        (0..n)
+            .map(|i| 0.5 * (std::f32::consts::TAU * freq * i as f32 / rate as f32).sin())
+            .collect()
+    }
+
+    #[test]
+    fn wav_round_trips_through_hound() {
+        let samples = tone(440.0, 0.25, 22_050);
+        let wav = encode_wav(&samples, 22_050);
+        let mut reader = hound::WavReader::new(Cursor::new(&wav)).unwrap();
+        assert_eq!(reader.spec().sample_rate, 22_050);
+        assert_eq!(reader.spec().channels, 1);
+        assert_eq!(reader.duration() as usize, samples.len());
+        let back: Vec<i16> = reader.samples::<i16>().map(Result::unwrap).collect();
+        for (a, b) in samples.iter().zip(&back) {
+            assert!((a - f32::from(*b) / 32767.0).abs() < 1e-4);
+        }
+        let (lenient, rate) = read_pcm16_wav_lenient(&wav).unwrap();
+        assert_eq!(rate, 22_050);
+        assert_eq!(lenient.len(), samples.len());
+    }
+
+    #[test]
+    fn encode_wav_clamps() {
+        let wav = encode_wav(&[2.0, -2.0, f32::NAN], 8_000);
+        let mut reader = hound::WavReader::new(Cursor::new(&wav)).unwrap();
+        let back: Vec<i16> = reader.samples::<i16>().map(Result::unwrap).collect();
+        assert_eq!(back, vec![32767, -32767, 0]);
+    }
+
+    #[test]
+    fn lenient_reader_accepts_streamed_sizes() {
+        let mut wav = encode_wav(&tone(300.0, 0.1, 8_000), 8_000);
+        wav[4..8].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        wav[40..44].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        let (samples, _) = read_pcm16_wav_lenient(&wav).unwrap();
+        assert_eq!(samples.len(), 800);
+        let (fixed, offset) = repair_streamed_wav(wav).unwrap();
+        assert_eq!(offset, 44);
+        let reader = hound::WavReader::new(Cursor::new(&fixed)).unwrap();
+        assert_eq!(reader.duration(), 800);
+        assert!(read_pcm16_wav_lenient(b"not a wav file at all").is_err());
+    }
+
+    #[tokio::test]
+    async fn converts_to_each_format_with_right_magic_and_duration() {
+        let wav = encode_wav(&tone(440.0, 1.0, 24_000), 24_000);
+        for format in [
+            AudioFormat::Mp3,
+            AudioFormat::Opus,
+            AudioFormat::Aac,
+            AudioFormat::Flac,
+        ] {
+            let out = convert_wav(wav.clone(), format).await.unwrap();
+            match format {
+                AudioFormat::Mp3 => assert!(
+                    out.starts_with(b"ID3") || (out[0] == 0xFF && out[1] & 0xE0 == 0xE0),
+                    "mp3 magic"
+                ),
+                AudioFormat::Opus => assert!(out.starts_with(b"OggS")),
+                AudioFormat::Aac => assert!(out[0] == 0xFF && out[1] & 0xF6 == 0xF0),
+                AudioFormat::Flac => assert!(out.starts_with(b"fLaC")),
+                AudioFormat::Wav => unreachable!(),
+            }
+            let d = probe_duration(&out).await.unwrap();
+            // ADTS cannot signal the encoder's 1024-sample priming, so AAC
+            // decodes up to two frames (~85 ms at 24 kHz) long.
+            let tolerance = if format == AudioFormat::Aac {
+                0.09
+            } else {
+                0.03
+            };
+            assert!((d - 1.0).abs() < tolerance, "{format:?} duration {d}");
+        }
+        assert_eq!(
+            convert_wav(wav.clone(), AudioFormat::Wav).await.unwrap(),
+            wav
+        );
+    }
+
+    #[tokio::test]
+    async fn decodes_to_pcm_at_requested_rate() {
+        let wav = encode_wav(&tone(440.0, 0.5, 22_050), 22_050);
+        let mp3 = convert_wav(wav, AudioFormat::Mp3).await.unwrap();
+        let pcm = decode_to_pcm(mp3, 16_000).await.unwrap();
+        assert!(
+            (pcm.len() as i64 - 8_000).abs() < 400,
+            "{} samples",
+            pcm.len()
+        );
+        // A 440 Hz tone has ~8.8 zero crossings per 10 ms; noise would have many more.
+        let crossings = pcm[2000..6000]
+            .windows(2)
+            .filter(|w| (w[0] < 0.0) != (w[1] < 0.0))
+            .count();
+        assert!((200..240).contains(&crossings), "{crossings} crossings");
+    }
+
+    #[tokio::test]
+    async fn probe_measures_wav_and_rejects_garbage() {
+        let wav = encode_wav(&vec![0.1; 12_000], 8_000);
+        assert!((probe_duration(&wav).await.unwrap() - 1.5).abs() < 1e-9);
+        let err = probe_duration(b"definitely not audio").await.unwrap_err();
+        assert!(matches!(err, ProviderError::Permanent(_)));
+        assert!(decode_to_pcm(b"garbage".to_vec(), 16_000).await.is_err());
+    }
+
+    #[test]
+    fn formats_have_expected_names() {
+        assert_eq!(AudioFormat::Opus.extension(), "opus");
+        assert_eq!(AudioFormat::Opus.content_type(), "audio/ogg");
+        assert_eq!(AudioFormat::Aac.content_type(), "audio/aac");
+        assert_eq!(AudioFormat::Mp3.content_type(), "audio/mpeg");
+    }
+}

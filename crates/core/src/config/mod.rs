@@ -1,0 +1,510 @@
+//! Layered, typed settings: the embedded `config/default.toml`, then the file
+//! named by `UNIGEN_CONFIG` (if any), then `UNIGEN__<SECTION>__<KEY>` variables.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::domain::ModelCategory;
+
+use crate::domain::ModelTier;
+
+mod search;
+mod webhooks;
+
+pub use search::SearchSettings;
+pub use webhooks::WebhookSettings;
+
+/// Adapters this build can drive.
+pub const ADAPTERS: [&str; 3] = ["local", "openai", "replicate"];
+
+/// The channel key-cache invalidations use; no job channel may take it.
+pub const AUTH_CHANNEL: &str = "unigen_auth";
+
+/// Accepts `[a-z0-9_]+` only: the name is interpolated into `LISTEN`.
+pub fn validate_channel(name: &str) -> Result<(), String> {
+    if name == AUTH_CHANNEL {
+        return Err(format!("notify channel `{name}` is reserved"));
+    }
+    if !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        Ok(())
+    } else {
+        Err(format!("notify channel `{name}` must match [a-z0-9_]+"))
+    }
+}
+
+const DEFAULTS: &str = include_str!("../../../../config/default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    pub database: DatabaseSettings,
+    pub rabbitmq: RabbitSettings,
+    pub http: HttpSettings,
+    pub storage: StorageSettings,
+    pub fetch: FetchSettings,
+    /// `[search]`: web search for `web_search: true` (the `search` module of unigen-providers).
+    #[serde(default)]
+    pub search: SearchSettings,
+    pub jobs: JobSettings,
+    pub notify: NotifySettings,
+    pub worker: WorkerSettings,
+    pub scheduler: SchedulerSettings,
+    /// `[agents]`: agent runs.
+    pub agents: AgentSettings,
+    /// `[knowledge]`: processing of agents' knowledge files.
+    pub knowledge: KnowledgeSettings,
+    /// `[webhooks]`: delivery of signed events (the `webhooks` module of unigen-jobs).
+    #[serde(default)]
+    pub webhooks: WebhookSettings,
+    pub local_provider: LocalProviderSettings,
+    /// `[metering]`: how API processes hold concurrency slots and credits.
+    pub metering: MeteringSettings,
+    #[serde(default)]
+    pub upstreams: std::collections::BTreeMap<String, UpstreamSettings>,
+    /// Legacy `/ai-image` model names -> catalogue ids.
+    #[serde(default)]
+    pub legacy_models: std::collections::BTreeMap<String, String>,
+    pub models: Vec<ModelEntry>,
+    /// Appended to `models`: an override file can add models without
+    /// repeating the built-in catalogue (a `[[models]]` list replaces it).
+    #[serde(default)]
+    pub extra_models: Vec<ModelEntry>,
+}
+
+/// `[upstreams.<name>]`: an OpenAI-compatible server: `base_url` (ending in
+/// `/v1`), `api_key` (may be empty), `timeout_seconds`.
+#[derive(Clone, Deserialize)]
+pub struct UpstreamSettings {
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: String,
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout_seconds: u64,
+}
+
+fn default_upstream_timeout() -> u64 {
+    60
+}
+
+impl std::fmt::Debug for UpstreamSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("UpstreamSettings")
+            .field("base_url", &self.base_url)
+            .field(
+                "api_key",
+                &if self.api_key.is_empty() { "" } else { "<set>" },
+            )
+            .field("timeout_seconds", &self.timeout_seconds)
+            .finish()
+    }
+}
+
+/// `[database]`: `url`, `pool_size`, `connect_timeout_ms`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DatabaseSettings {
+    pub url: String,
+    pub pool_size: usize,
+    pub connect_timeout_ms: u64,
+}
+
+/// `[rabbitmq]`: `url`, `prefix`, `queue_type`, `queue_expires_ms` (tests only).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RabbitSettings {
+    pub url: String,
+    pub prefix: String,
+    /// `quorum` (replicated, durable; the production choice) or `classic`.
+    pub queue_type: String,
+    pub queue_expires_ms: Option<u32>,
+}
+
+/// `[http]`: `host`, `port`, `public_base_url`, `workers`, `max_body_bytes`,
+/// `shutdown_grace_seconds`, `key_cache_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpSettings {
+    pub host: String,
+    pub port: u16,
+    pub public_base_url: String,
+    pub workers: usize,
+    pub max_body_bytes: usize,
+    /// On SIGTERM, in-flight requests get this long to finish.
+    pub shutdown_grace_seconds: u64,
+    /// Verified API keys are cached this long (0: never); any change to
+    /// keys, organizations or plans empties the cache at once.
+    pub key_cache_seconds: u64,
+}
+
+/// `[storage]`: `backend` (`local`), `dir`, `url_secret`, `url_ttl_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StorageSettings {
+    pub backend: String,
+    pub dir: PathBuf,
+    pub url_secret: String,
+    pub url_ttl_seconds: u64,
+}
+
+/// `[fetch]`: `max_bytes`, `timeout_seconds`, `allow_private_addresses`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FetchSettings {
+    pub max_bytes: usize,
+    pub timeout_seconds: u64,
+    pub allow_private_addresses: bool,
+}
+
+/// `[jobs]`: `sync_wait_seconds`, `long_poll_seconds`, `lease_seconds`,
+/// `max_attempts`, `max_run_seconds.<tool>`, `retention_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct JobSettings {
+    pub sync_wait_seconds: u64,
+    pub long_poll_seconds: u64,
+    pub lease_seconds: u64,
+    pub max_attempts: i32,
+    /// Longest one attempt of a tool's job may run before the scheduler
+    /// fails it; a tool not listed gets [`DEFAULT_MAX_RUN_SECONDS`].
+    #[serde(default)]
+    pub max_run_seconds: std::collections::BTreeMap<String, u64>,
+    /// Finished jobs (and their files) are deleted this long after they
+    /// finished; 0 keeps them forever.
+    pub retention_seconds: u64,
+}
+
+/// The deadline of a tool missing from `jobs.max_run_seconds`.
+pub const DEFAULT_MAX_RUN_SECONDS: u64 = 3600;
+
+impl JobSettings {
+    /// The maximum run time of one attempt of `tool`'s jobs.
+    pub fn max_run(&self, tool: crate::domain::Tool) -> std::time::Duration {
+        std::time::Duration::from_secs(
+            self.max_run_seconds
+                .get(tool.as_str())
+                .copied()
+                .unwrap_or(DEFAULT_MAX_RUN_SECONDS),
+        )
+    }
+}
+
+/// `[notify]`: `channel`, `coalesce_ms`, `recheck_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NotifySettings {
+    pub channel: String,
+    pub coalesce_ms: u64,
+    pub recheck_seconds: u64,
+}
+
+/// `[worker]`: `tools`, `concurrency` (per tool), `grace_seconds`,
+/// `metrics_addr`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WorkerSettings {
+    pub tools: Vec<String>,
+    pub concurrency: usize,
+    pub grace_seconds: u64,
+    /// Where the worker serves `GET /metrics` and `GET /healthz`; empty: no
+    /// endpoint. A port in use is logged and the worker runs without it.
+    #[serde(default = "default_worker_metrics_addr")]
+    pub metrics_addr: String,
+}
+
+fn default_worker_metrics_addr() -> String {
+    "127.0.0.1:9101".into()
+}
+
+/// `[scheduler]`: `tick_ms`, `relay_after_seconds`, `relay_batch`, `grace_seconds`,
+/// `metrics_addr`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SchedulerSettings {
+    pub tick_ms: u64,
+    pub relay_after_seconds: u64,
+    pub relay_batch: i64,
+    /// On SIGTERM, the current rounds and webhook attempts get this long to
+    /// finish; attempts still running then are retried by another
+    /// scheduler once their lease expires.
+    pub grace_seconds: u64,
+    /// Where the scheduler serves `GET /metrics` (including the queue
+    /// depths) and `GET /healthz`; empty: no endpoint. A port in use is
+    /// logged and the scheduler runs without it.
+    #[serde(default = "default_scheduler_metrics_addr")]
+    pub metrics_addr: String,
+}
+
+fn default_scheduler_metrics_addr() -> String {
+    "127.0.0.1:9102".into()
+}
+
+/// `[agents]`: `max_run_seconds`, `image_wait_seconds`,
+/// `knowledge_excerpts`, `memory_exchanges`, `run_retention_seconds`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentSettings {
+    /// The longest a run may take; past it the run fails. The scheduler
+    /// fails runs left `running` this long (plus a margin) by an API process
+    /// that died.
+    pub max_run_seconds: u64,
+    /// How long `generate_image` waits for its image job.
+    pub image_wait_seconds: u64,
+    /// Knowledge-base excerpts put in a run's context.
+    pub knowledge_excerpts: usize,
+    /// Earlier exchanges of a session an agent with memory sees.
+    pub memory_exchanges: i64,
+    /// Finished runs, their steps and their files are deleted this long
+    /// after they ended; 0 keeps them.
+    pub run_retention_seconds: u64,
+}
+
+/// `[knowledge]`: `chunk_tokens`, `chunk_overlap_tokens`,
+/// `extract_timeout_seconds`, `concurrent_extractions`, `max_chunks_per_file`,
+/// `embed_batch`, `republish_after_seconds`, `retry_delay_seconds`.
+/// Leases and attempts follow `[jobs]` (`lease_seconds`, `max_attempts`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct KnowledgeSettings {
+    /// Largest chunk, in cl100k tokens.
+    pub chunk_tokens: u32,
+    /// Tokens of the previous chunk each chunk starts with.
+    pub chunk_overlap_tokens: u32,
+    /// Text extraction of one file; past it the file fails.
+    pub extract_timeout_seconds: u64,
+    /// Extractions at once per worker process (each holds a blocking thread,
+    /// also after its time limit, until the parser returns).
+    pub concurrent_extractions: usize,
+    /// A file whose text makes more chunks fails (bounds storage and search).
+    pub max_chunks_per_file: usize,
+    /// Texts per embedding call.
+    pub embed_batch: usize,
+    /// A file whose message the broker has not confirmed this long after
+    /// upload (or since it was handed back) is published by the scheduler.
+    pub republish_after_seconds: u64,
+    /// After a transient failure (an upstream down, storage unreadable) the
+    /// file is retried this long times the attempt number later.
+    pub retry_delay_seconds: u64,
+}
+
+/// `[metering]`: `lease_seconds` (how long slots and allowances an API
+/// process holds outlive it if it dies; renewed every third of it),
+/// `idle_ms` (unused slots and idle allowances are given back after this),
+/// `lease_slots_from` (plans with at least this many concurrent requests
+/// are served from leased blocks of slots; smaller ones a row per request).
+#[derive(Debug, Clone, Deserialize)]
+pub struct MeteringSettings {
+    pub lease_seconds: u64,
+    pub idle_ms: u64,
+    pub lease_slots_from: i32,
+}
+
+/// `[local_provider]`: `latency_ms`, `failure_rate`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LocalProviderSettings {
+    pub latency_ms: u64,
+    pub failure_rate: f64,
+}
+
+/// One `[[models]]` entry of the catalogue.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelEntry {
+    pub id: String,
+    pub category: ModelCategory,
+    pub tier: ModelTier,
+    pub adapter: String,
+    pub owned_by: String,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Credits per unit of output: an image, an edit, a second of video, a
+    /// music track, 1,000 characters of speech, a minute of transcribed audio.
+    pub credits_per_unit: i64,
+    /// Chat: credits per 1,000 completion tokens when they cost more than
+    /// prompt tokens (`credits_per_unit` prices the prompt).
+    #[serde(default)]
+    pub completion_credits_per_unit: Option<i64>,
+    /// Longest output a duration-based model produces (music, video), seconds.
+    #[serde(default)]
+    pub max_duration_seconds: Option<f64>,
+    /// Languages a speech model handles (ISO 639-1); absent = any.
+    #[serde(default)]
+    pub languages: Option<Vec<String>>,
+    /// Can read image inputs (chat vision, image edits).
+    #[serde(default)]
+    pub vision: bool,
+    /// The model used when a request names none, per category and capability.
+    #[serde(default)]
+    pub default: bool,
+    /// `openai` adapter: the `[upstreams.*]` entry and the model name there.
+    #[serde(default)]
+    pub upstream: Option<String>,
+    #[serde(default)]
+    pub upstream_model: Option<String>,
+    /// Further `[upstreams.*]` to try, in order, when `upstream` fails.
+    #[serde(default)]
+    pub fallback_upstreams: Vec<String>,
+}
+
+impl Settings {
+    /// Loads defaults, the optional `UNIGEN_CONFIG` file and the environment.
+    pub fn load() -> Result<Self, config::ConfigError> {
+        let file = std::env::var("UNIGEN_CONFIG").ok();
+        Self::load_with(file.as_deref(), &[])
+    }
+
+    /// Like [`Settings::load`] with an explicit file and programmatic
+    /// overrides applied last (used by tests and the CLI).
+    pub fn load_with(
+        file: Option<&str>,
+        overrides: &[(&str, config::Value)],
+    ) -> Result<Self, config::ConfigError> {
+        let mut builder = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        if let Some(path) = file {
+            builder = builder.add_source(config::File::with_name(path));
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("UNIGEN")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("worker.tools")
+                .with_list_parse_key("webhooks.retry_delays_ms"),
+        );
+        for (key, value) in overrides {
+            builder = builder.set_override(*key, value.clone())?;
+        }
+        let mut settings: Settings = builder.build()?.try_deserialize()?;
+        let extra = std::mem::take(&mut settings.extra_models);
+        settings.models.extend(extra);
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), config::ConfigError> {
+        let bad = |msg: String| Err(config::ConfigError::Message(msg));
+        if !(0.0..=1.0).contains(&self.local_provider.failure_rate) {
+            return bad("local_provider.failure_rate must be between 0.0 and 1.0".into());
+        }
+        if self.worker.concurrency == 0 {
+            return bad("worker.concurrency must be at least 1".into());
+        }
+        if self.knowledge.chunk_tokens < 16 || self.knowledge.chunk_tokens > 8192 {
+            return bad("knowledge.chunk_tokens must be between 16 and 8192".into());
+        }
+        if self.knowledge.chunk_overlap_tokens >= self.knowledge.chunk_tokens / 2 {
+            return bad(
+                "knowledge.chunk_overlap_tokens must be less than half of chunk_tokens".into(),
+            );
+        }
+        if self.knowledge.concurrent_extractions == 0
+            || self.knowledge.embed_batch == 0
+            || self.knowledge.max_chunks_per_file == 0
+            || self.knowledge.extract_timeout_seconds == 0
+        {
+            return bad(
+                "knowledge.concurrent_extractions, embed_batch, max_chunks_per_file and \
+                 extract_timeout_seconds must be at least 1"
+                    .into(),
+            );
+        }
+        if self.jobs.max_attempts < 1 {
+            return bad("jobs.max_attempts must be at least 1".into());
+        }
+        for (tool, seconds) in &self.jobs.max_run_seconds {
+            if tool.parse::<crate::domain::Tool>().is_err() {
+                return bad(format!(
+                    "jobs.max_run_seconds names an unknown tool `{tool}`"
+                ));
+            }
+            if *seconds == 0 {
+                return bad(format!("jobs.max_run_seconds.{tool} must be at least 1"));
+            }
+        }
+        if !matches!(self.rabbitmq.queue_type.as_str(), "quorum" | "classic") {
+            return bad(format!(
+                "rabbitmq.queue_type `{}` must be quorum or classic",
+                self.rabbitmq.queue_type
+            ));
+        }
+        validate_channel(&self.notify.channel).map_err(config::ConfigError::Message)?;
+        self.webhooks
+            .validate()
+            .map_err(config::ConfigError::Message)?;
+        if self.storage.backend != "local" {
+            return bad(format!(
+                "storage.backend `{}` is not supported (supported: local)",
+                self.storage.backend
+            ));
+        }
+        for (legacy, id) in &self.legacy_models {
+            if !self
+                .models
+                .iter()
+                .any(|m| &m.id == id && m.capabilities.iter().any(|c| c == "text_to_image"))
+            {
+                return bad(format!(
+                    "legacy model `{legacy}` maps to `{id}`, which is not a text_to_image model"
+                ));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for model in &self.models {
+            if !model.id.contains('/') {
+                return bad(format!("model id `{}` must be <vendor>/<model>", model.id));
+            }
+            if !ADAPTERS.contains(&model.adapter.as_str()) {
+                return bad(format!(
+                    "model `{}` uses adapter `{}`; available adapters: {}",
+                    model.id,
+                    model.adapter,
+                    ADAPTERS.join(", ")
+                ));
+            }
+            if model.adapter != "local"
+                && !model
+                    .upstream
+                    .as_ref()
+                    .is_some_and(|u| self.upstreams.contains_key(u))
+            {
+                return bad(format!(
+                    "model `{}` uses the {} adapter: `upstream` must name an [upstreams.*] entry",
+                    model.id, model.adapter
+                ));
+            }
+            if !seen.insert(model.id.as_str()) {
+                return bad(format!("model id `{}` is listed twice", model.id));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_load_and_overrides_apply() {
+        let settings = Settings::load_with(
+            None,
+            &[("http.port", 9123.into()), ("worker.concurrency", 7.into())],
+        )
+        .unwrap();
+        assert_eq!(settings.http.port, 9123);
+        assert_eq!(settings.worker.concurrency, 7);
+        assert!(settings.models.iter().any(|m| m.default));
+    }
+
+    #[test]
+    fn an_override_file_can_add_models_to_the_catalogue() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/unigen-bench.toml");
+        let settings = Settings::load_with(Some(path), &[]).unwrap();
+        assert!(settings.models.iter().any(|m| m.id == "bench/fake-chat"));
+        assert!(
+            settings.models.iter().any(|m| m.id == "local/echo"),
+            "the built-in models stay"
+        );
+    }
+
+    #[test]
+    fn invalid_failure_rate_is_rejected() {
+        let err =
+            Settings::load_with(None, &[("local_provider.failure_rate", 1.5.into())]).unwrap_err();
+        assert!(err.to_string().contains("failure_rate"));
+    }
+}

@@ -1,0 +1,459 @@
+//! Jobs: creation, org-scoped reads, cancellation, and the worker's claim /
+//! lease / settle transitions. Every transition is conditional on the state it
+//! leaves, so racing actors (cancel vs. complete, two workers) cannot both win.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Integer, Text, Uuid as SqlUuid};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use uuid::Uuid;
+
+use crate::DbError;
+use crate::models::Job;
+use crate::models::NewJob;
+use crate::schema::jobs;
+use unigen_core::domain::JobStatus;
+use unigen_core::domain::Tool;
+
+const ACTIVE: [&str; 2] = ["pending", "processing"];
+
+/// Inserts a batch of jobs in one statement.
+pub async fn insert_many(
+    conn: &mut AsyncPgConnection,
+    new: &[NewJob<'_>],
+) -> Result<Vec<Job>, DbError> {
+    if new.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(diesel::insert_into(jobs::table)
+        .values(new)
+        .returning(Job::as_returning())
+        .get_results(conn)
+        .await?)
+}
+
+/// A job of this organization; another organization's job is `None`, exactly
+/// like an unknown id.
+pub async fn find_for_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<Option<Job>, DbError> {
+    Ok(jobs::table
+        .filter(jobs::id.eq(id))
+        .filter(jobs::org_id.eq(org_id))
+        .select(Job::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// The jobs with these ids, in no particular order (ids without a row are
+/// absent). Callers scope the rows to an organization themselves.
+pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<Vec<Job>, DbError> {
+    Ok(jobs::table
+        .filter(jobs::id.eq_any(ids))
+        .select(Job::as_select())
+        .load(conn)
+        .await?)
+}
+
+pub async fn find(conn: &mut AsyncPgConnection, id: Uuid) -> Result<Option<Job>, DbError> {
+    Ok(jobs::table
+        .find(id)
+        .select(Job::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct JobFilter {
+    pub tool: Option<Tool>,
+    /// Only `pending` and `processing` jobs.
+    pub active_only: bool,
+    pub limit: i64,
+}
+
+/// Newest first.
+pub async fn list_for_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    filter: JobFilter,
+) -> Result<Vec<Job>, DbError> {
+    let mut query = jobs::table
+        .filter(jobs::org_id.eq(org_id))
+        .select(Job::as_select())
+        .order((jobs::created_at.desc(), jobs::id.desc()))
+        .limit(filter.limit)
+        .into_boxed();
+    if let Some(tool) = filter.tool {
+        query = query.filter(jobs::tool.eq(tool.as_str()));
+    }
+    if filter.active_only {
+        query = query.filter(jobs::status.eq_any(ACTIVE));
+    }
+    Ok(query.load(conn).await?)
+}
+
+#[derive(Debug)]
+pub enum CancelOutcome {
+    Cancelled(Box<Job>),
+    AlreadyFinished(JobStatus),
+    NotFound,
+}
+
+/// Moves a pending or processing job of this organization to `cancelled`.
+pub async fn cancel(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<CancelOutcome, DbError> {
+    let cancelled = diesel::update(jobs::table)
+        .filter(jobs::id.eq(id))
+        .filter(jobs::org_id.eq(org_id))
+        .filter(jobs::status.eq_any(ACTIVE))
+        .set((
+            jobs::status.eq(JobStatus::Cancelled.as_str()),
+            jobs::completed_at.eq(diesel::dsl::now),
+            jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
+        ))
+        .returning(Job::as_returning())
+        .get_result(conn)
+        .await
+        .optional()?;
+    if let Some(job) = cancelled {
+        return Ok(CancelOutcome::Cancelled(Box::new(job)));
+    }
+    let status: Option<String> = jobs::table
+        .filter(jobs::id.eq(id))
+        .filter(jobs::org_id.eq(org_id))
+        .select(jobs::status)
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(match status.and_then(|s| s.parse().ok()) {
+        Some(status) => CancelOutcome::AlreadyFinished(status),
+        None => CancelOutcome::NotFound,
+    })
+}
+
+/// Atomically takes a pending job for `worker_id` with a lease measured on the
+/// database clock. `None`: someone else has it, or it is no longer pending.
+pub async fn claim(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Option<Job>, DbError> {
+    Ok(diesel::sql_query(
+        "UPDATE jobs SET status = 'processing', attempt = attempt + 1, worker_id = $2, \
+             lease_expires_at = now() + make_interval(secs => $3), started_at = now(), progress = 0 \
+         WHERE id = $1 AND status = 'pending' RETURNING *",
+    )
+    .bind::<SqlUuid, _>(id)
+    .bind::<Text, _>(worker_id)
+    .bind::<BigInt, _>(lease.as_secs() as i64)
+    .get_result(conn)
+    .await
+    .optional()?)
+}
+
+/// Extends the lease of a job this attempt still owns. False: the job was
+/// cancelled, finished or taken over, and the worker must stop.
+pub async fn renew_lease(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    attempt: i32,
+    lease: Duration,
+) -> Result<bool, DbError> {
+    let updated = diesel::sql_query(
+        "UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $3) \
+         WHERE id = $1 AND attempt = $2 AND status = 'processing'",
+    )
+    .bind::<SqlUuid, _>(id)
+    .bind::<Integer, _>(attempt)
+    .bind::<BigInt, _>(lease.as_secs() as i64)
+    .execute(conn)
+    .await?;
+    Ok(updated == 1)
+}
+
+/// Filter: the job is still processing under this attempt (not cancelled,
+/// not rescued and handed to another worker).
+macro_rules! owned_by_attempt {
+    ($id:expr, $attempt:expr) => {
+        jobs::id
+            .eq($id)
+            .and(jobs::attempt.eq($attempt))
+            .and(jobs::status.eq(JobStatus::Processing.as_str()))
+    };
+}
+
+pub async fn set_progress(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    attempt: i32,
+    progress: i16,
+) -> Result<bool, DbError> {
+    let updated = diesel::update(jobs::table)
+        .filter(owned_by_attempt!(id, attempt))
+        .set(jobs::progress.eq(progress.clamp(0, 100)))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Writes the result. False: the job was cancelled (or taken over) meanwhile,
+/// and stays as it is.
+pub async fn complete(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    attempt: i32,
+    output: &serde_json::Value,
+    actual_credits: i64,
+) -> Result<bool, DbError> {
+    let updated = diesel::update(jobs::table)
+        .filter(owned_by_attempt!(id, attempt))
+        .set((
+            jobs::status.eq(JobStatus::Completed.as_str()),
+            jobs::progress.eq(100),
+            jobs::output_data.eq(output),
+            jobs::actual_credits.eq(actual_credits),
+            jobs::completed_at.eq(diesel::dsl::now),
+            jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Stores the settled usage object of a finished job.
+pub async fn set_usage(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    usage: &serde_json::Value,
+) -> Result<(), DbError> {
+    diesel::update(jobs::table.find(id))
+        .set(jobs::usage.eq(usage))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Fails the job with a reason; a failed job consumes nothing.
+pub async fn fail(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    attempt: i32,
+    message: &str,
+) -> Result<bool, DbError> {
+    let updated = diesel::update(jobs::table)
+        .filter(owned_by_attempt!(id, attempt))
+        .set((
+            jobs::status.eq(JobStatus::Failed.as_str()),
+            jobs::error_message.eq(message),
+            jobs::actual_credits.eq(0),
+            jobs::completed_at.eq(diesel::dsl::now),
+            jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Hands a job back to the queue without counting the attempt (graceful
+/// shutdown): pending again, unpublished, so the relay re-publishes it.
+pub async fn release(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+    attempt: i32,
+) -> Result<bool, DbError> {
+    let updated = diesel::update(jobs::table)
+        .filter(owned_by_attempt!(id, attempt))
+        .set((
+            jobs::status.eq(JobStatus::Pending.as_str()),
+            jobs::attempt.eq(attempt - 1),
+            jobs::progress.eq(0),
+            jobs::worker_id.eq(None::<String>),
+            jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
+            jobs::enqueued_at.eq(None::<DateTime<Utc>>),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Records that the broker confirmed these jobs' messages.
+pub async fn mark_enqueued(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    Ok(diesel::update(jobs::table)
+        .filter(jobs::id.eq_any(ids))
+        .filter(jobs::enqueued_at.is_null())
+        .set(jobs::enqueued_at.eq(diesel::dsl::now))
+        .execute(conn)
+        .await?)
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct UnpublishedJob {
+    #[diesel(sql_type = SqlUuid)]
+    pub id: Uuid,
+    #[diesel(sql_type = Text)]
+    pub tool: String,
+    #[diesel(sql_type = Integer)]
+    pub attempt: i32,
+}
+
+/// Pending jobs the broker never confirmed, created more than `grace` ago,
+/// locked for this transaction so concurrent relays take disjoint batches.
+pub async fn lock_unpublished(
+    conn: &mut AsyncPgConnection,
+    grace: Duration,
+    limit: i64,
+) -> Result<Vec<UnpublishedJob>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT id, tool, attempt FROM jobs \
+         WHERE status = 'pending' AND enqueued_at IS NULL \
+           AND created_at < now() - make_interval(secs => $1) \
+         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind::<BigInt, _>(grace.as_secs() as i64)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ToolStatusCount {
+    #[diesel(sql_type = Text)]
+    pub tool: String,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = BigInt)]
+    pub count: i64,
+}
+
+/// Jobs per tool and status, for the metrics gauge.
+pub async fn count_by_tool_and_status(
+    conn: &mut AsyncPgConnection,
+) -> Result<Vec<ToolStatusCount>, DbError> {
+    Ok(
+        diesel::sql_query("SELECT tool, status, count(*) AS count FROM jobs GROUP BY tool, status")
+            .load(conn)
+            .await?,
+    )
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct RescuedJob {
+    #[diesel(sql_type = SqlUuid)]
+    pub id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    pub org_id: Uuid,
+    #[diesel(sql_type = Text)]
+    pub tool: String,
+    #[diesel(sql_type = Text)]
+    pub model: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    pub error_message: Option<String>,
+    #[diesel(sql_type = Text)]
+    pub status: String,
+    #[diesel(sql_type = Integer)]
+    pub attempt: i32,
+}
+
+/// Jobs whose worker stopped renewing its lease: back to `pending` (and
+/// unpublished, so the relay re-publishes them), or `failed` once they used
+/// `max_attempts` claims.
+pub async fn rescue_expired_leases(
+    conn: &mut AsyncPgConnection,
+    max_attempts: i32,
+    limit: i64,
+) -> Result<Vec<RescuedJob>, DbError> {
+    Ok(diesel::sql_query(
+        "UPDATE jobs SET \
+             status = CASE WHEN attempt >= $1 THEN 'failed' ELSE 'pending' END, \
+             error_message = CASE WHEN attempt >= $1 \
+                 THEN 'the job was interrupted ' || attempt || ' times (worker lost); giving up' \
+                 ELSE error_message END, \
+             actual_credits = CASE WHEN attempt >= $1 THEN 0 ELSE actual_credits END, \
+             completed_at = CASE WHEN attempt >= $1 THEN now() ELSE NULL END, \
+             progress = 0, worker_id = NULL, lease_expires_at = NULL, enqueued_at = NULL \
+         WHERE id IN (SELECT id FROM jobs WHERE status = 'processing' AND lease_expires_at < now() \
+                      ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         RETURNING id, org_id, tool, model, error_message, status, attempt",
+    )
+    .bind::<Integer, _>(max_attempts)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+/// Processing jobs whose current attempt started longer ago than their
+/// tool's limit in `limits`: failed with a reason (not retried: another
+/// attempt would most likely overrun too), in one statement for all tools.
+/// The worker running one sees it is no longer its job and aborts.
+pub async fn fail_overdue(
+    conn: &mut AsyncPgConnection,
+    limits: &[(Tool, Duration)],
+    limit: i64,
+) -> Result<Vec<RescuedJob>, DbError> {
+    let tools: Vec<&str> = limits.iter().map(|(tool, _)| tool.as_str()).collect();
+    let seconds: Vec<i64> = limits.iter().map(|(_, max)| max.as_secs() as i64).collect();
+    Ok(diesel::sql_query(
+        "WITH max_run(tool, secs) AS (SELECT * FROM unnest($1::text[], $2::bigint[])), \
+              overdue AS (SELECT j.id, m.secs FROM jobs j JOIN max_run m ON m.tool = j.tool \
+                           WHERE j.status = 'processing' \
+                             AND j.started_at < now() - make_interval(secs => m.secs) \
+                           ORDER BY j.started_at LIMIT $3 FOR UPDATE OF j SKIP LOCKED) \
+         UPDATE jobs SET status = 'failed', \
+             error_message = 'the job exceeded its maximum run time of ' || overdue.secs || ' s', \
+             actual_credits = 0, completed_at = now(), lease_expires_at = NULL \
+         FROM overdue WHERE jobs.id = overdue.id \
+         RETURNING jobs.id, jobs.org_id, jobs.tool, jobs.model, jobs.error_message, jobs.status, jobs.attempt",
+    )
+    .bind::<Array<Text>, _>(tools)
+    .bind::<Array<BigInt>, _>(seconds)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+#[derive(Debug, Clone, QueryableByName)]
+pub struct ExpiredJob {
+    #[diesel(sql_type = SqlUuid)]
+    pub id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    pub org_id: Uuid,
+    #[diesel(sql_type = diesel::sql_types::Jsonb)]
+    pub input_params: serde_json::Value,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Jsonb>)]
+    pub output_data: Option<serde_json::Value>,
+}
+
+/// Finished jobs that finished more than `retention` ago, oldest first,
+/// locked for this transaction (concurrent schedulers take disjoint batches).
+pub async fn lock_expired(
+    conn: &mut AsyncPgConnection,
+    retention: Duration,
+    limit: i64,
+) -> Result<Vec<ExpiredJob>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT id, org_id, input_params, output_data FROM jobs \
+         WHERE status IN ('completed', 'failed', 'cancelled') \
+           AND completed_at < now() - make_interval(secs => $1) \
+         ORDER BY completed_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind::<BigInt, _>(retention.as_secs() as i64)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+pub async fn delete(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    Ok(diesel::delete(jobs::table.filter(jobs::id.eq_any(ids)))
+        .execute(conn)
+        .await?)
+}

@@ -1,0 +1,13 @@
+//! Job submission (reservation, row and publish in one step), the queue
+//! topology and publisher, the webhook delivery client and the metrics every
+//! process serves.
+//!
+//! Handlers parse a request into a tool's `*Params`
+//! (`unigen_core::params`), then call [`JobSubmitter::submit`].
+
+pub mod metrics;
+pub mod queue;
+mod submit;
+pub mod webhooks;
+
+pub use submit::{JobSubmitter, NewJobRequest, SubmitError, cancel};

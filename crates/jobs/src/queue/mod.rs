@@ -1,0 +1,13 @@
+//! RabbitMQ: topology, the job message, and a confirming publisher.
+//! Messages are pointers (`{job_id, tool, attempt}`); the job row is the truth.
+
+mod connection;
+mod publisher;
+mod topology;
+
+pub use connection::{
+    CONNECT_TIMEOUT, ConnectError, JobMessage, KNOWLEDGE_QUEUE, KnowledgeMessage, SharedConnection,
+    connect,
+};
+pub use publisher::{PublishError, Publisher};
+pub use topology::Topology;

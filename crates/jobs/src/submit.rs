@@ -1,0 +1,235 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use uuid::Uuid;
+
+use crate::queue::JobMessage;
+use crate::queue::Publisher;
+use unigen_core::batch::Batcher;
+use unigen_core::batched::Batched;
+use unigen_core::config::ModelEntry;
+use unigen_core::domain::Tool;
+use unigen_db::DbError;
+use unigen_db::PgPool;
+use unigen_db::billing::Estimate;
+use unigen_db::billing::Refusal;
+use unigen_db::models::Job;
+use unigen_db::models::NewJob;
+use unigen_db::queries;
+use unigen_db::queries::billing::ReserveItem;
+
+/// Largest submission batch: bounds the statement and how long its locks
+/// are held.
+const MAX_BATCH: usize = 200;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The estimate does not fit a quota or the credits: nothing was written.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+}
+
+pub struct NewJobRequest<'a> {
+    pub org_id: Uuid,
+    pub api_key_id: Uuid,
+    pub tool: Tool,
+    pub model: &'a ModelEntry,
+    pub input_params: serde_json::Value,
+    /// Held at submission, settled on completion, released otherwise.
+    pub estimate: Estimate,
+}
+
+/// A job to persist, owned so that a batch task can write it.
+struct Pending {
+    id: Uuid,
+    org_id: Uuid,
+    api_key_id: Uuid,
+    tool: Tool,
+    model: String,
+    model_tier: &'static str,
+    input_params: serde_json::Value,
+    estimate: Estimate,
+}
+
+impl Pending {
+    fn new_job(&self) -> NewJob<'_> {
+        NewJob {
+            id: self.id,
+            org_id: self.org_id,
+            api_key_id: self.api_key_id,
+            tool: self.tool.as_str(),
+            model: &self.model,
+            model_tier: self.model_tier,
+            input_params: &self.input_params,
+            estimated_credits: self.estimate.credits,
+        }
+    }
+}
+
+type Persisted = Result<Job, Refusal>;
+
+/// Persists jobs and hands them to the broker.
+#[derive(Clone)]
+pub struct JobSubmitter {
+    pool: PgPool,
+    publisher: Arc<Publisher>,
+    confirmed: Batcher<Uuid>,
+    submissions: Batched<Arc<Pending>, Persisted>,
+}
+
+impl JobSubmitter {
+    /// `confirmed` marks batches of broker-confirmed jobs as enqueued, one
+    /// UPDATE per few milliseconds instead of one per job. Submissions that
+    /// arrive together are persisted in one transaction (see [`persist`]).
+    /// The tasks end with the last clone.
+    pub fn new(pool: PgPool, publisher: Arc<Publisher>) -> (Self, tokio::task::JoinHandle<()>) {
+        let flush_pool = pool.clone();
+        let (confirmed, handle) = Batcher::spawn(
+            Duration::from_millis(5),
+            1000,
+            move |ids: Vec<Uuid>| {
+                let pool = flush_pool.clone();
+                async move {
+                    let result = async {
+                        let mut conn = pool.get().await?;
+                        queries::jobs::mark_enqueued(&mut conn, &ids).await
+                    }
+                    .await;
+                    if let Err(err) = result {
+                        // The relay will publish these again; the atomic claim makes
+                        // the duplicate harmless.
+                        tracing::warn!(error = %err, jobs = ids.len(), "marking jobs enqueued failed");
+                    }
+                }
+            },
+        );
+        let batch_pool = pool.clone();
+        let (submissions, _) = Batched::spawn(
+            "job submissions",
+            MAX_BATCH,
+            1,
+            move |items: Vec<Arc<Pending>>| {
+                let pool = batch_pool.clone();
+                async move { persist(&pool, &items).await }
+            },
+        );
+        (
+            Self {
+                pool,
+                publisher,
+                confirmed,
+                submissions,
+            },
+            handle,
+        )
+    }
+
+    /// The job is durable once this returns; publishing is best effort here
+    /// and guaranteed by the scheduler's relay.
+    pub async fn submit(&self, request: NewJobRequest<'_>) -> Result<Job, SubmitError> {
+        let pending = Arc::new(Pending {
+            id: Uuid::now_v7(),
+            org_id: request.org_id,
+            api_key_id: request.api_key_id,
+            tool: request.tool,
+            model: request.model.id.clone(),
+            model_tier: request.model.tier.as_str(),
+            input_params: request.input_params,
+            estimate: request.estimate,
+        });
+        let persisted = match self.submissions.call(pending.clone()).await {
+            Some(persisted) => persisted,
+            None => persist(&self.pool, std::slice::from_ref(&pending))
+                .await?
+                .pop()
+                .expect("one answer per submission"),
+        };
+        let job = persisted?;
+        let message = JobMessage {
+            job_id: job.id,
+            tool: job.tool.clone(),
+            attempt: job.attempt,
+        };
+        match self.publisher.publish(&message).await {
+            Ok(()) => self.confirmed.push(job.id),
+            Err(err) => {
+                tracing::warn!(job.id = %job.id, error = %err, "publish failed; the relay will retry")
+            }
+        }
+        Ok(job)
+    }
+}
+
+/// Persists submissions in one transaction: each estimate is reserved
+/// exactly as on its own (a refused one writes nothing), then the admitted
+/// jobs are inserted in one statement. Every pending job holds its
+/// estimate, and the organizations' billing rows are locked once per batch,
+/// in organization order. Answers in the items' order.
+async fn persist(pool: &PgPool, items: &[Arc<Pending>]) -> Result<Vec<Persisted>, DbError> {
+    let mut pooled = pool.get().await?;
+    let conn: &mut AsyncPgConnection = &mut pooled;
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let reservations: Vec<ReserveItem> = items
+            .iter()
+            .map(|p| ReserveItem {
+                org_id: p.org_id,
+                id: p.id,
+                estimate: p.estimate.clone(),
+                expires_at: None,
+            })
+            .collect();
+        let mut answers: Vec<Option<Persisted>> = (0..items.len()).map(|_| None).collect();
+        let mut admitted = Vec::with_capacity(items.len());
+        for (i, outcome) in queries::billing::reserve_many(conn, &reservations)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            match outcome? {
+                Ok(()) => admitted.push(i),
+                Err(refusal) => answers[i] = Some(Err(refusal)),
+            }
+        }
+        let new_jobs: Vec<NewJob<'_>> = admitted.iter().map(|&i| items[i].new_job()).collect();
+        let mut jobs = queries::jobs::insert_many(conn, &new_jobs).await?;
+        for &i in &admitted {
+            let at = jobs
+                .iter()
+                .position(|job| job.id == items[i].id)
+                .ok_or_else(|| DbError::Query(diesel::result::Error::NotFound))?;
+            answers[i] = Some(Ok(jobs.swap_remove(at)));
+        }
+        Ok(answers
+            .into_iter()
+            .map(|answer| answer.expect("every submission answered"))
+            .collect())
+    })
+    .await
+}
+
+impl From<diesel::result::Error> for SubmitError {
+    fn from(err: diesel::result::Error) -> Self {
+        SubmitError::Db(err.into())
+    }
+}
+
+/// Cancels a pending or processing job of the organization and releases its
+/// reservation in the same transaction: a cancelled job consumes nothing.
+pub async fn cancel(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<queries::jobs::CancelOutcome, DbError> {
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let outcome = queries::jobs::cancel(conn, org_id, id).await?;
+        if let queries::jobs::CancelOutcome::Cancelled(job) = &outcome {
+            let record = unigen_db::billing::job_usage_record(job, "cancelled");
+            queries::billing::release(conn, id, Some(record)).await?;
+        }
+        Ok(outcome)
+    })
+    .await
+}

@@ -1,0 +1,122 @@
+//! Model catalogue and provider adapters (`local` is built in and offline),
+//! chat requests and the tool-calling turn over any chat model, web search.
+
+pub mod chat;
+mod http;
+pub mod llm;
+pub mod local;
+pub mod openai;
+pub mod replicate;
+pub mod search;
+pub mod turn;
+
+use unigen_core::ValidationError;
+use unigen_core::config::ModelEntry;
+use unigen_core::domain::ModelCategory;
+
+pub use unigen_core::ProviderError;
+pub use unigen_core::config::ADAPTERS;
+
+/// The configured models, by id and category.
+#[derive(Debug, Clone)]
+pub struct Catalogue {
+    models: Vec<ModelEntry>,
+}
+
+impl Catalogue {
+    pub fn new(models: Vec<ModelEntry>) -> Self {
+        Self { models }
+    }
+
+    pub fn all(&self) -> &[ModelEntry] {
+        &self.models
+    }
+
+    pub fn get(&self, id: &str) -> Option<&ModelEntry> {
+        self.models.iter().find(|m| m.id == id)
+    }
+
+    /// The requested model, or the category's default. An unknown id, or a
+    /// model of another category, is a 400 naming the `model` field.
+    pub fn resolve(
+        &self,
+        requested: Option<&str>,
+        category: ModelCategory,
+    ) -> Result<&ModelEntry, ValidationError> {
+        self.resolve_with(requested, category, None)
+    }
+
+    /// Like [`Catalogue::resolve`], restricted to models with `capability`
+    /// (e.g. `image_edit` among image models, `text_to_speech` among audio).
+    pub fn resolve_capable(
+        &self,
+        requested: Option<&str>,
+        category: ModelCategory,
+        capability: &str,
+    ) -> Result<&ModelEntry, ValidationError> {
+        self.resolve_with(requested, category, Some(capability))
+    }
+
+    fn resolve_with(
+        &self,
+        requested: Option<&str>,
+        category: ModelCategory,
+        capability: Option<&str>,
+    ) -> Result<&ModelEntry, ValidationError> {
+        let fits = |m: &&ModelEntry| {
+            m.category == category
+                && capability.is_none_or(|c| m.capabilities.iter().any(|have| have == c))
+        };
+        let found = match requested {
+            Some(id) => self.get(id).filter(fits),
+            None => {
+                let candidates: Vec<&ModelEntry> = self.models.iter().filter(fits).collect();
+                candidates
+                    .iter()
+                    .find(|m| m.default)
+                    .or(candidates.first())
+                    .copied()
+            }
+        };
+        let what = capability.map_or_else(|| category.to_string(), |c| c.replace('_', " "));
+        found.ok_or_else(|| match requested {
+            Some(id) => ValidationError::new(
+                "model",
+                format!(
+                    "model `{id}` is not an available {what} model; GET /api/v1/models lists them"
+                ),
+            ),
+            None => ValidationError::new("model", format!("no {what} model is configured")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unigen_core::config::Settings;
+
+    #[test]
+    fn resolves_defaults_and_rejects_unknown_or_wrong_category_models() {
+        let catalogue = Catalogue::new(Settings::load_with(None, &[]).unwrap().models);
+        let default = catalogue.resolve(None, ModelCategory::Image).unwrap();
+        assert!(default.default);
+        assert_eq!(
+            catalogue
+                .resolve(Some("local/procedural-hd"), ModelCategory::Image)
+                .unwrap()
+                .id,
+            "local/procedural-hd"
+        );
+        let err = catalogue
+            .resolve(Some("acme/nope"), ModelCategory::Image)
+            .unwrap_err();
+        assert_eq!(err.field, "model");
+        assert!(err.message.contains("acme/nope"));
+        assert!(
+            catalogue
+                .resolve(Some("local/procedural-v1"), ModelCategory::Video)
+                .is_err()
+        );
+    }
+}

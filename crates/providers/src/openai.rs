@@ -1,0 +1,621 @@
+//! Adapter for OpenAI-compatible upstreams (OpenAI, vLLM, llama.cpp, the
+//! local Whisper sidecar...). Failures are classified here, once: 4xx other
+//! than 408/429 are permanent, 408/429/5xx and connection errors transient
+//! and retried with backoff (honouring `Retry-After`). Upstream bodies and
+//! keys never reach clients; only a short upstream message for 4xx does.
+
+use std::time::Duration;
+
+use reqwest::multipart::{Form, Part};
+use serde::Deserialize;
+
+use super::ProviderError;
+use super::http::{self, Attempt, bearer, connection_failure, with_retries};
+use unigen_core::config::UpstreamSettings;
+use unigen_core::params::transcription::Segment;
+use unigen_core::params::transcription::Transcript;
+use unigen_core::params::transcription::Word;
+
+#[derive(Clone)]
+pub struct OpenAiClient {
+    base_url: String,
+    api_key: String,
+    http: reqwest::Client,
+}
+
+#[derive(Deserialize)]
+struct VerboseTranscription {
+    text: String,
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    duration: Option<f64>,
+    #[serde(default)]
+    segments: Vec<VerboseSegment>,
+    #[serde(default)]
+    words: Option<Vec<Word>>,
+}
+
+#[derive(Deserialize)]
+struct VerboseSegment {
+    start: f64,
+    end: f64,
+    text: String,
+    #[serde(default)]
+    speaker: Option<String>,
+}
+
+/// Options of one transcription call.
+pub struct TranscribeOptions<'a> {
+    pub model: &'a str,
+    pub language: Option<&'a str>,
+    pub words: bool,
+    pub diarization: bool,
+    pub translate: bool,
+}
+
+impl OpenAiClient {
+    pub fn new(settings: &UpstreamSettings) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(settings.timeout_seconds))
+            .no_proxy()
+            .build()
+            .expect("the HTTP client configuration is valid");
+        Self {
+            base_url: settings.base_url.trim_end_matches('/').to_owned(),
+            api_key: settings.api_key.clone(),
+            http,
+        }
+    }
+
+    /// `POST {base}/audio/transcriptions` (or `/audio/translations` when
+    /// translating) with `response_format=verbose_json`.
+    pub async fn transcribe(
+        &self,
+        audio: Vec<u8>,
+        filename: &str,
+        options: &TranscribeOptions<'_>,
+    ) -> Result<Transcript, ProviderError> {
+        let endpoint = if options.translate {
+            "audio/translations"
+        } else {
+            "audio/transcriptions"
+        };
+        let attempt = || async {
+            let mut form = Form::new()
+                .part(
+                    "file",
+                    Part::bytes(audio.clone()).file_name(filename.to_owned()),
+                )
+                .text("model", options.model.to_owned())
+                .text("response_format", "verbose_json")
+                .text("timestamp_granularities[]", "segment");
+            if options.words {
+                form = form.text("timestamp_granularities[]", "word");
+            }
+            if let Some(language) = options.language {
+                form = form.text("language", language.to_owned());
+            }
+            if options.diarization {
+                form = form.text("diarization", "true");
+            }
+            let request = self
+                .http
+                .post(format!("{}/{endpoint}", self.base_url))
+                .multipart(form);
+            let response = self
+                .authorized(request)
+                .send()
+                .await
+                .map_err(connection_failure)?;
+            read_json::<VerboseTranscription>(response).await
+        };
+        let verbose = with_retries(attempt).await?;
+        Ok(into_transcript(verbose, options.words))
+    }
+
+    /// `POST {base}/{path}` with a JSON body; a connection failure is transient.
+    async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<reqwest::Response, Attempt> {
+        let request = self
+            .http
+            .post(format!("{}/{path}", self.base_url))
+            .json(body);
+        self.authorized(request)
+            .send()
+            .await
+            .map_err(connection_failure)
+    }
+
+    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        bearer(request, &self.api_key)
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    response: reqwest::Response,
+) -> Result<T, Attempt> {
+    if response.status().is_success() {
+        return response.json::<T>().await.map_err(|err| {
+            Attempt::permanent(format!(
+                "the upstream answered an unreadable response: {err}"
+            ))
+        });
+    }
+    Err(status_failure(response).await)
+}
+
+/// A non-success answer, with OpenAI's `error.message` as the explanation.
+async fn status_failure(response: reqwest::Response) -> Attempt {
+    http::status_failure(response, |body| {
+        body["error"]["message"]
+            .as_str()
+            .map(|m| m.chars().take(200).collect())
+    })
+    .await
+}
+
+/// Words are reported both top-level and nested in the segment holding
+/// their midpoint; language names are turned into ISO codes.
+fn into_transcript(verbose: VerboseTranscription, with_words: bool) -> Transcript {
+    let words = if with_words {
+        verbose.words.clone()
+    } else {
+        None
+    };
+    let segments = verbose
+        .segments
+        .into_iter()
+        .map(|s| {
+            let nested = words.as_ref().map(|all| {
+                all.iter()
+                    .filter(|w| {
+                        let mid = (w.start + w.end) / 2.0;
+                        mid >= s.start && mid < s.end.max(s.start + f64::EPSILON)
+                    })
+                    .cloned()
+                    .collect()
+            });
+            Segment {
+                start: s.start,
+                end: s.end,
+                text: s.text.trim().to_owned(),
+                speaker: s.speaker,
+                words: nested,
+            }
+        })
+        .collect::<Vec<_>>();
+    let duration = verbose
+        .duration
+        .unwrap_or_else(|| segments.last().map_or(0.0, |s| s.end));
+    Transcript {
+        text: verbose.text.trim().to_owned(),
+        segments,
+        language: verbose
+            .language
+            .as_deref()
+            .map_or_else(|| "en".to_owned(), language_code),
+        duration,
+        words,
+    }
+}
+
+/// OpenAI's verbose_json reports language names ("english").
+fn language_code(name: &str) -> String {
+    const NAMES: [(&str, &str); 12] = [
+        ("english", "en"),
+        ("german", "de"),
+        ("french", "fr"),
+        ("spanish", "es"),
+        ("italian", "it"),
+        ("portuguese", "pt"),
+        ("dutch", "nl"),
+        ("russian", "ru"),
+        ("chinese", "zh"),
+        ("japanese", "ja"),
+        ("korean", "ko"),
+        ("arabic", "ar"),
+    ];
+    let lower = name.to_ascii_lowercase();
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == lower)
+        .map_or(lower, |(_, code)| (*code).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_nested_into_their_segments_and_languages_become_codes() {
+        let verbose: VerboseTranscription = serde_json::from_value(serde_json::json!({
+            "text": " Hello world. Bye.", "language": "english", "duration": 3.0,
+            "segments": [{"start": 0.0, "end": 1.5, "text": " Hello world."}, {"start": 1.5, "end": 3.0, "text": " Bye."}],
+            "words": [{"word": "Hello", "start": 0.1, "end": 0.5}, {"word": "world", "start": 0.6, "end": 1.2},
+                      {"word": "Bye", "start": 1.8, "end": 2.2}]
+        }))
+        .unwrap();
+        let transcript = into_transcript(verbose, true);
+        assert_eq!(transcript.language, "en");
+        assert_eq!(transcript.text, "Hello world. Bye.");
+        assert_eq!(transcript.segments[0].words.as_ref().unwrap().len(), 2);
+        assert_eq!(
+            transcript.segments[1].words.as_ref().unwrap()[0].word,
+            "Bye"
+        );
+        assert_eq!(transcript.words.as_ref().unwrap().len(), 3);
+    }
+}
+
+/// A server-sent event stream of JSON chunks (`data: {...}`), ending at
+/// `data: [DONE]` or when the upstream closes.
+pub type ChunkStream = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<serde_json::Value, ProviderError>> + Send>,
+>;
+
+impl OpenAiClient {
+    /// `POST {base}/chat/completions` without streaming.
+    pub async fn chat(&self, body: &serde_json::Value) -> Result<serde_json::Value, ProviderError> {
+        with_retries(|| async {
+            let response = self.post_json("chat/completions", body).await?;
+            read_json::<serde_json::Value>(response).await
+        })
+        .await
+    }
+
+    /// `POST {base}/chat/completions` with `stream: true`. Failures before the
+    /// first byte are retried; once streaming, an error ends the stream.
+    /// Dropping the stream closes the upstream connection (cancels it).
+    pub async fn chat_stream(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<ChunkStream, ProviderError> {
+        let response = with_retries(|| async {
+            let response = self.post_json("chat/completions", body).await?;
+            if response.status().is_success() {
+                Ok(response)
+            } else {
+                Err(status_failure(response).await)
+            }
+        })
+        .await?;
+        Ok(sse_chunks(response.bytes_stream()))
+    }
+}
+
+/// Parses `data:` events out of a byte stream.
+fn sse_chunks<S, B>(bytes: S) -> ChunkStream
+where
+    S: futures_util::Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
+    B: AsRef<[u8]>,
+{
+    use futures_util::StreamExt;
+    let state = (
+        Box::pin(bytes),
+        Vec::<u8>::new(),
+        std::collections::VecDeque::<serde_json::Value>::new(),
+        false,
+    );
+    Box::pin(futures_util::stream::unfold(
+        state,
+        |(mut bytes, mut buffer, mut ready, mut done)| async move {
+            loop {
+                if let Some(chunk) = ready.pop_front() {
+                    return Some((Ok(chunk), (bytes, buffer, ready, done)));
+                }
+                if done {
+                    return None;
+                }
+                match bytes.next().await {
+                    Some(Ok(data)) => {
+                        buffer.extend_from_slice(data.as_ref());
+                        while let Some(end) = find_event_end(&buffer) {
+                            let event: Vec<u8> = buffer.drain(..end).collect();
+                            let text = String::from_utf8_lossy(&event);
+                            let data: Vec<&str> = text
+                                .lines()
+                                .filter_map(|line| line.strip_prefix("data:"))
+                                .map(str::trim)
+                                .collect();
+                            if data.is_empty() {
+                                continue;
+                            }
+                            let payload = data.join("\n");
+                            if payload == "[DONE]" {
+                                done = true;
+                                break;
+                            }
+                            match serde_json::from_str(&payload) {
+                                Ok(chunk) => ready.push_back(chunk),
+                                Err(_) => tracing::debug!("skipping an unreadable stream event"),
+                            }
+                        }
+                    }
+                    Some(Err(_)) => {
+                        let error =
+                            ProviderError::Transient("the upstream stream broke off".into());
+                        return Some((Err(error), (bytes, buffer, ready, true)));
+                    }
+                    None => done = true,
+                }
+            }
+        },
+    ))
+}
+
+/// End (exclusive, separator included) of the first complete event.
+fn find_event_end(buffer: &[u8]) -> Option<usize> {
+    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = buffer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod sse_tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn events_split_across_reads_are_reassembled_and_done_ends_the_stream() {
+        let parts: Vec<Result<Vec<u8>, reqwest::Error>> = vec![
+            Ok(b"data: {\"a\":".to_vec()),
+            Ok(b"1}\n\n: comment\n\ndata: {\"a\":2}\r\n\r\ndata: [DO".to_vec()),
+            Ok(b"NE]\n\ndata: {\"a\":3}\n\n".to_vec()),
+        ];
+        let chunks: Vec<_> = sse_chunks(futures_util::stream::iter(parts))
+            .collect()
+            .await;
+        let values: Vec<i64> = chunks
+            .into_iter()
+            .map(|c| c.unwrap()["a"].as_i64().unwrap())
+            .collect();
+        assert_eq!(values, vec![1, 2]);
+    }
+}
+
+impl OpenAiClient {
+    /// `POST {base}/images/generations` asking for `b64_json`; returns the
+    /// image bytes (a URL answer is downloaded from the upstream).
+    pub async fn generate_images(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<Vec<Vec<u8>>, ProviderError> {
+        use base64::Engine;
+        let answer: serde_json::Value = with_retries(|| async {
+            let response = self.post_json("images/generations", body).await?;
+            read_json(response).await
+        })
+        .await?;
+        let items = answer["data"]
+            .as_array()
+            .ok_or_else(|| ProviderError::Permanent("the upstream answered no images".into()))?;
+        let mut images = Vec::with_capacity(items.len());
+        for item in items {
+            if let Some(encoded) = item["b64_json"].as_str() {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .map_err(|_| {
+                        ProviderError::Permanent(
+                            "the upstream answered undecodable image data".into(),
+                        )
+                    })?;
+                images.push(bytes);
+            } else if let Some(url) = item["url"].as_str() {
+                let response = self
+                    .http
+                    .get(url)
+                    .send()
+                    .await
+                    .map_err(|e| connection_failure(e).error)?;
+                if !response.status().is_success() {
+                    return Err(ProviderError::Transient(format!(
+                        "downloading the upstream image answered {}",
+                        response.status()
+                    )));
+                }
+                images.push(
+                    response
+                        .bytes()
+                        .await
+                        .map_err(|e| connection_failure(e).error)?
+                        .to_vec(),
+                );
+            } else {
+                return Err(ProviderError::Permanent(
+                    "the upstream answered an image without data".into(),
+                ));
+            }
+        }
+        Ok(images)
+    }
+
+    /// `POST {base}/audio/speech`: the audio bytes.
+    pub async fn speech(&self, body: &serde_json::Value) -> Result<Vec<u8>, ProviderError> {
+        with_retries(|| async {
+            let response = self.post_json("audio/speech", body).await?;
+            if !response.status().is_success() {
+                return Err(status_failure(response).await);
+            }
+            response
+                .bytes()
+                .await
+                .map(|b| b.to_vec())
+                .map_err(connection_failure)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_upstream_that_always_asks_to_retry_later_is_given_up_on() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "0"))
+            .mount(&server)
+            .await;
+        let client = OpenAiClient::new(&UpstreamSettings {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: String::new(),
+            timeout_seconds: 5,
+        });
+        let result =
+            tokio::time::timeout(Duration::from_secs(10), client.chat(&serde_json::json!({})))
+                .await;
+        assert!(
+            matches!(result, Ok(Err(ProviderError::Transient(_)))),
+            "{result:?}"
+        );
+        assert_eq!(
+            server.received_requests().await.unwrap().len(),
+            1 + super::http::MAX_RETRIES
+        );
+    }
+}
+
+#[derive(Deserialize)]
+struct EmbeddingList {
+    data: Vec<EmbeddingItem>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingItem {
+    index: usize,
+    embedding: Vec<f32>,
+}
+
+impl OpenAiClient {
+    /// `POST {base}/embeddings`: one float vector per input, in input order
+    /// (upstreams may answer out of order; `index` says which is which).
+    pub async fn embeddings(
+        &self,
+        model: &str,
+        inputs: &[String],
+    ) -> Result<Vec<Vec<f32>>, ProviderError> {
+        let body = serde_json::json!({
+            "model": model,
+            "input": inputs,
+            "encoding_format": "float",
+        });
+        let list = with_retries(|| async {
+            let response = self.post_json("embeddings", &body).await?;
+            read_json::<EmbeddingList>(response).await
+        })
+        .await?;
+        in_input_order(list, inputs.len())
+    }
+}
+
+fn in_input_order(list: EmbeddingList, inputs: usize) -> Result<Vec<Vec<f32>>, ProviderError> {
+    let malformed = || {
+        ProviderError::Permanent(format!(
+            "the upstream's answer does not hold one embedding per input ({} for {inputs})",
+            list.data.len()
+        ))
+    };
+    if list.data.len() != inputs {
+        return Err(malformed());
+    }
+    let mut vectors: Vec<Option<Vec<f32>>> = vec![None; inputs];
+    for item in &list.data {
+        match vectors.get_mut(item.index) {
+            Some(slot @ None) if !item.embedding.is_empty() => {
+                *slot = Some(item.embedding.clone());
+            }
+            _ => return Err(malformed()),
+        }
+    }
+    vectors
+        .into_iter()
+        .map(|v| v.ok_or_else(malformed))
+        .collect()
+}
+
+#[cfg(test)]
+mod embedding_tests {
+    use wiremock::matchers::{body_partial_json, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::*;
+
+    fn client(server: &MockServer) -> OpenAiClient {
+        OpenAiClient::new(&UpstreamSettings {
+            base_url: format!("{}/v1", server.uri()),
+            api_key: "sk-test".into(),
+            timeout_seconds: 5,
+        })
+    }
+
+    #[tokio::test]
+    async fn embeddings_come_back_in_input_order() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/embeddings"))
+            .and(body_partial_json(
+                serde_json::json!({"model": "text-embed", "input": ["a", "b"]}),
+            ))
+            .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": 1, "embedding": [0.0, 1.0]},
+                    {"object": "embedding", "index": 0, "embedding": [1.0, 0.0]}
+                ]
+            })))
+            .mount(&server)
+            .await;
+        let vectors = client(&server)
+            .embeddings("text-embed", &["a".into(), "b".into()])
+            .await
+            .unwrap();
+        assert_eq!(vectors, vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
+    }
+
+    #[tokio::test]
+    async fn a_short_or_duplicated_answer_and_a_refusal_are_permanent_errors() {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(serde_json::json!({"model": "dup"})))
+            .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "data": [{"index": 0, "embedding": [1.0]}, {"index": 0, "embedding": [1.0]}]
+            })))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(serde_json::json!({"model": "nope"})))
+            .respond_with(ResponseTemplate::new(400).set_body_json(
+                serde_json::json!({"error": {"message": "model nope does not exist"}}),
+            ))
+            .mount(&server)
+            .await;
+        let client = client(&server);
+        let two = ["a".to_owned(), "b".to_owned()];
+        assert_eq!(
+            client.embeddings("dup", &two).await,
+            Err(ProviderError::Permanent(
+                "the upstream's answer does not hold one embedding per input (2 for 2)".into()
+            ))
+        );
+        assert_eq!(
+            client.embeddings("nope", &two).await,
+            Err(ProviderError::Permanent("model nope does not exist".into()))
+        );
+    }
+}
