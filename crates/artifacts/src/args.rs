@@ -5,7 +5,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::ArtifactError;
+use crate::common::ArtifactError;
 
 pub(super) type Object = Map<String, Value>;
 

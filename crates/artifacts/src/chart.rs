@@ -25,10 +25,10 @@ use plotters::style::{Color, FontStyle, IntoFont, RGBColor, ShapeStyle, TextStyl
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::args::{self, Object};
-use super::{
-    ArtifactError, CONDENSED_BOLD, Rendered, SANS_BOLD, format_number, guard, single_line,
-};
+use crate::args::{self, Object};
+use unigen_core::fonts::{CONDENSED_BOLD, SANS_BOLD};
+
+use crate::common::{ArtifactError, Rendered, format_number, guard, single_line};
 
 pub const DEFAULT_CHART_WIDTH: u32 = 800;
 pub const DEFAULT_CHART_HEIGHT: u32 = 500;

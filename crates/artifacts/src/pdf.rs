@@ -16,8 +16,10 @@ use krilla::surface::Surface;
 use krilla::text::{Font, TextDirection};
 use krilla::{Data, Document};
 
-use super::document::{Cell, DocumentSpec};
-use super::{ArtifactError, CONDENSED_BOLD, MONO_BOLD, SANS_BOLD, single_line};
+use crate::spec::{Cell, DocumentSpec};
+use unigen_core::fonts::{CONDENSED_BOLD, MONO_BOLD, SANS_BOLD};
+
+use crate::common::{ArtifactError, single_line};
 
 // A4 in points, with 2 cm margins.
 const PAGE_WIDTH: f32 = 595.28;
