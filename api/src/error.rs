@@ -10,6 +10,7 @@ use unigen_db::DbError;
 use unigen_db::billing::Refusal;
 use unigen_jobs::SubmitError;
 use unigen_knowledge::upload::UploadRefusal;
+use unigen_providers::completion::ChatError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -223,6 +224,15 @@ impl From<DbError> for ApiError {
 impl From<diesel::result::Error> for ApiError {
     fn from(err: diesel::result::Error) -> Self {
         DbError::from(err).into()
+    }
+}
+
+impl From<ChatError> for ApiError {
+    fn from(err: ChatError) -> Self {
+        match err {
+            ChatError::Invalid(invalid) => ApiError::Validation(invalid),
+            ChatError::Upstream(message) => ApiError::Upstream(message),
+        }
     }
 }
 

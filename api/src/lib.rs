@@ -39,6 +39,7 @@ use unigen_jobs::queue::Publisher;
 use unigen_jobs::queue::Topology;
 use unigen_knowledge::retrieve::Embedder;
 use unigen_providers::Catalogue;
+use unigen_providers::completion::ChatService;
 use unigen_providers::llm::ChatModels;
 use utoipa_swagger_ui::SwaggerUi;
 
@@ -168,13 +169,12 @@ pub async fn spawn(
         slots: slots.clone(),
         allowances: allowances.clone(),
         notifier,
-        catalogue,
+        catalogue: catalogue.clone(),
         legacy_models: Arc::new(settings.legacy_models.clone()),
         store,
         fetcher,
+        chat: ChatService::new(catalogue.clone(), upstreams, local.clone(), search),
         local,
-        search,
-        upstreams,
         signer,
         metrics,
         limits: Limits::from_settings(&settings),

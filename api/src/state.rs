@@ -39,10 +39,8 @@ pub struct AppState {
     pub fetcher: Fetcher,
     /// The built-in provider (chat and embedding test models run in the API).
     pub local: unigen_providers::local::LocalProvider,
-    /// The web search backend, when one is configured.
-    pub search: Option<unigen_providers::search::SearchClient>,
-    /// One client per `[upstreams.*]` entry, built once.
-    pub upstreams: Arc<std::collections::HashMap<String, unigen_providers::openai::OpenAiClient>>,
+    /// Chat completions: validation, search grounding, upstreams with fallbacks.
+    pub chat: unigen_providers::completion::ChatService,
     pub signer: UrlSigner,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,

@@ -3,6 +3,7 @@
 //! `X-Overage-*` response headers.
 
 pub mod allowances;
+pub mod chat;
 pub mod slots;
 
 use std::future::Future;

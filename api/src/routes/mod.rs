@@ -4,6 +4,7 @@ mod agent_runs;
 mod agents;
 mod billing;
 mod chat;
+mod chat_stream;
 mod edits;
 mod embeddings;
 mod files;

@@ -3,7 +3,7 @@
 //! the agent's completed chunks embedded by the same model are ranked by dot
 //! product (the vectors are unit length, so it is the cosine) in SQL.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use diesel_async::AsyncPgConnection;
@@ -19,6 +19,7 @@ use unigen_core::domain::ModelCategory;
 use unigen_db::DbError;
 use unigen_db::queries;
 use unigen_providers::Catalogue;
+use unigen_providers::fallback;
 use unigen_providers::local::LocalProvider;
 use unigen_providers::local::chat::DEFAULT_EMBEDDING_DIMENSIONS;
 use unigen_providers::local::chat::embed;
@@ -57,10 +58,10 @@ enum Backend {
         dimensions: u32,
     },
     Upstream {
-        /// The model's name at the upstream.
-        model: String,
-        /// `upstream`, then `fallback_upstreams`, in order.
-        clients: Vec<(String, OpenAiClient)>,
+        /// The catalogue entry (its upstream and fallbacks, in order).
+        entry: Box<ModelEntry>,
+        /// One client per upstream the entry names.
+        clients: HashMap<String, OpenAiClient>,
     },
     /// No usable embedding model: every call fails permanently with this.
     Unavailable(String),
@@ -93,10 +94,7 @@ impl Embedder {
                 dimensions: DEFAULT_EMBEDDING_DIMENSIONS,
             },
             "openai" => Backend::Upstream {
-                model: model
-                    .upstream_model
-                    .clone()
-                    .unwrap_or_else(|| model.id.clone()),
+                entry: Box::new(model.clone()),
                 clients: model
                     .upstream
                     .iter()
@@ -149,38 +147,36 @@ impl Embedder {
                 // Already unit vectors.
                 Ok(texts.iter().map(|text| embed(text, *dimensions)).collect())
             }
-            Backend::Upstream { model, clients } => {
-                let mut vectors = self.embed_upstream(model, clients, texts).await?;
+            Backend::Upstream { entry, clients } => {
+                let mut vectors = embed_upstream(entry, clients, texts).await?;
                 vectors.iter_mut().for_each(|v| normalize(v));
                 Ok(vectors)
             }
             Backend::Unavailable(reason) => Err(ProviderError::Permanent(reason.clone())),
         }
     }
+}
 
-    async fn embed_upstream(
-        &self,
-        model: &str,
-        clients: &[(String, OpenAiClient)],
-        texts: &[String],
-    ) -> Result<Vec<Vec<f32>>, ProviderError> {
-        let mut last = None;
-        for (name, client) in clients {
-            match client.embeddings(model, texts).await {
-                Ok(vectors) => return Ok(vectors),
-                Err(err) => {
-                    tracing::warn!(model = %self.inner.model_id, upstream = %name, error = %err, "embedding upstream failed; trying the next");
-                    last = Some(err);
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| {
+/// The model's upstream, then each fallback in order (the one loop of
+/// [`fallback::in_order`]).
+async fn embed_upstream(
+    entry: &ModelEntry,
+    clients: &HashMap<String, OpenAiClient>,
+    texts: &[String],
+) -> Result<Vec<Vec<f32>>, ProviderError> {
+    let model = entry.upstream_model.as_deref().unwrap_or(&entry.id);
+    fallback::in_order(clients, entry, |client| async move {
+        client.embeddings(model, texts).await
+    })
+    .await
+    .map_err(|last| {
+        last.unwrap_or_else(|| {
             ProviderError::Permanent(format!(
                 "no upstream is configured for model `{}`",
-                self.inner.model_id
+                entry.id
             ))
-        }))
-    }
+        })
+    })
 }
 
 /// Scales to unit length, so similarity is a dot product (upstreams such as

@@ -2,6 +2,8 @@
 //! chat requests and the tool-calling turn over any chat model, web search.
 
 pub mod chat;
+pub mod completion;
+pub mod fallback;
 mod http;
 pub mod llm;
 pub mod local;

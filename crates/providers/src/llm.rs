@@ -25,6 +25,7 @@ use crate::chat::ChatMessage;
 use crate::chat::count_prompt_tokens;
 
 use crate::chat::count_tokens;
+use crate::fallback;
 use crate::local::LocalProvider;
 use crate::local::chat;
 use crate::openai::OpenAiClient;
@@ -90,33 +91,23 @@ impl ChatModels {
     }
 
     /// The model's upstream, then each fallback in order, as the chat
-    /// endpoint does.
+    /// endpoint does (one loop: [`fallback::in_order`]).
     async fn complete_upstream(&self, request: &TurnRequest<'_>) -> Result<Turn, ProviderError> {
         let model = request.model;
         let body = upstream_body(request);
-        let mut last = None;
-        for name in model.upstream.iter().chain(&model.fallback_upstreams) {
-            let Some(client) = self.upstreams.get(name) else {
-                continue;
-            };
-            let turn = match client.chat(&body).await {
-                Ok(answer) => parse_turn(&answer, request),
-                Err(err) => Err(err),
-            };
-            match turn {
-                Ok(turn) => return Ok(turn),
-                Err(err) => {
-                    tracing::warn!(model = %model.id, upstream = %name, error = %err, "upstream failed; trying the next");
-                    last = Some(err);
-                }
-            }
-        }
-        Err(last.unwrap_or_else(|| {
-            ProviderError::Permanent(format!(
-                "no upstream is configured for model `{}`",
-                model.id
-            ))
-        }))
+        fallback::in_order(&self.upstreams, model, |client| {
+            let body = &body;
+            async move { parse_turn(&client.chat(body).await?, request) }
+        })
+        .await
+        .map_err(|last| {
+            last.unwrap_or_else(|| {
+                ProviderError::Permanent(format!(
+                    "no upstream is configured for model `{}`",
+                    model.id
+                ))
+            })
+        })
     }
 }
 

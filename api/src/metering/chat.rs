@@ -1,0 +1,155 @@
+//! Metering of chat completions: tokens reserved before the model runs (the
+//! completion capped to what the quota has left), settled once with what was
+//! said, and the usage object of the answer.
+
+use serde_json::{Value, json};
+use unigen_core::config::ModelEntry;
+use unigen_db::billing::{Bucket, Charge, Estimate, Refusal, Settled, chat_credits, to_milli};
+use unigen_providers::chat::ChatParams;
+
+use super::SyncReservation;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+const CHAT_ENDPOINT: &str = "/v1/chat/completions";
+
+/// The usage object: token counts, credits, and what the token quota has
+/// left (in tokens of this model's tier) after the charge.
+pub fn usage(prompt_tokens: u32, completion_tokens: u32, settled: Option<&Settled>) -> Value {
+    let credits = settled.map_or(0, |s| s.credits);
+    let mut usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "credits_used": credits,
+        "credits_breakdown": { "tokens": credits },
+    });
+    if let Some(report) = settled.and_then(|s| s.bucket.as_ref()) {
+        usage["quota_multiplier"] = json!(report.multiplier);
+        usage["tokens_remaining_estimate"] = match report.remaining_milli {
+            Some(milli) => json!((milli as f64 / 1000.0 / report.multiplier).floor() as i64),
+            None => Value::Null,
+        };
+    }
+    usage
+}
+
+/// What a completion may cost, reserved before the model runs. Without an
+/// explicit `max_tokens`, the completion is capped to what the token quota
+/// has left, so a nearly empty bucket still answers briefly instead of 402.
+pub async fn reserve_tokens(
+    state: &AppState,
+    caller: &Caller,
+    model: &ModelEntry,
+    params: &mut ChatParams,
+    prompt_tokens: u32,
+) -> Result<ChatMeter, ApiError> {
+    let multiplier = Bucket::ChatTokens.multiplier(model.tier);
+    let estimate = |completion: u32| Estimate {
+        credits: chat_credits(prompt_tokens, completion, model),
+        bucket: Some((
+            Bucket::ChatTokens,
+            to_milli(f64::from(prompt_tokens + completion), multiplier),
+        )),
+    };
+    let first = SyncReservation::reserve(
+        state,
+        caller,
+        CHAT_ENDPOINT,
+        &model.id,
+        &estimate(params.max_tokens),
+    )
+    .await;
+    let reservation = match first {
+        Err(ApiError::Quota(Refusal::Quota { bucket, remaining }))
+            if !params.max_tokens_explicit && bucket == Bucket::ChatTokens.as_str() =>
+        {
+            let fits = (remaining / multiplier).floor() as i64 - i64::from(prompt_tokens);
+            if fits < 1 {
+                return Err(ApiError::Quota(Refusal::Quota { bucket, remaining }));
+            }
+            params.max_tokens = fits as u32;
+            SyncReservation::reserve(
+                state,
+                caller,
+                CHAT_ENDPOINT,
+                &model.id,
+                &estimate(params.max_tokens),
+            )
+            .await?
+        }
+        other => other?,
+    };
+    Ok(ChatMeter {
+        reservation: Some(reservation),
+        model: model.clone(),
+        multiplier,
+        tools_used: if params.web_search {
+            vec!["web_search".to_owned()]
+        } else {
+            Vec::new()
+        },
+        prompt_tokens,
+        counted: 0,
+    })
+}
+
+/// Settles a completion's reservation once; a stream dropped before its end
+/// (client gone) is charged for what was generated until then.
+pub struct ChatMeter {
+    reservation: Option<SyncReservation>,
+    model: ModelEntry,
+    multiplier: f64,
+    tools_used: Vec<String>,
+    pub prompt_tokens: u32,
+    /// Completion tokens counted so far (streams).
+    pub counted: u32,
+}
+
+impl ChatMeter {
+    pub async fn settle(&mut self, prompt: u32, completion: u32) -> Option<Settled> {
+        let reservation = self.reservation.take()?;
+        let charge = Charge {
+            credits: chat_credits(prompt, completion, &self.model),
+            bucket_milli: to_milli(f64::from(prompt + completion), self.multiplier),
+        };
+        let tokens = (i64::from(prompt), i64::from(completion));
+        match reservation
+            .settle(&charge, self.multiplier, tokens, self.tools_used.clone())
+            .await
+        {
+            Ok(settled) => settled,
+            Err(err) => {
+                tracing::error!(error = %err, "settling a chat completion failed; its reservation expires");
+                None
+            }
+        }
+    }
+
+    pub async fn release(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            reservation.release().await;
+        }
+    }
+}
+
+impl Drop for ChatMeter {
+    fn drop(&mut self) {
+        let Some(reservation) = self.reservation.take() else {
+            return;
+        };
+        let mut rest = ChatMeter {
+            reservation: Some(reservation),
+            model: self.model.clone(),
+            multiplier: self.multiplier,
+            tools_used: std::mem::take(&mut self.tools_used),
+            prompt_tokens: self.prompt_tokens,
+            counted: self.counted,
+        };
+        tokio::spawn(async move {
+            let (prompt, completion) = (rest.prompt_tokens, rest.counted);
+            rest.settle(prompt, completion).await;
+        });
+    }
+}
