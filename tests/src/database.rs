@@ -111,6 +111,27 @@ impl TestDatabase {
         })
     }
 
+    /// A database with nothing in it (not even the migrations): for tests
+    /// of `migrate` itself.
+    pub async fn empty() -> anyhow::Result<Self> {
+        let admin_url = postgres_admin_url();
+        let admin = admin_client(&admin_url).await?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+        let name = format!(
+            "unigen_t_{now}_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..10]
+        );
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await?;
+        let url = url_for(&admin_url, &name);
+        Ok(Self {
+            name,
+            url,
+            admin_url,
+        })
+    }
+
     pub async fn connect(&self) -> AsyncPgConnection {
         AsyncPgConnection::establish(&self.url)
             .await

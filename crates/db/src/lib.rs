@@ -28,6 +28,14 @@ pub type PooledConnection = diesel_async::pooled_connection::deadpool::Object<As
 
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("../../migrations");
 
+/// Every SQL function of the schema in its current version, applied after
+/// the migrations (`CREATE OR REPLACE`).
+pub const FUNCTIONS: &str = include_str!("../../../migrations/functions.sql");
+
+/// The advisory lock `migrate` holds in the migrated database: "unigenm" in
+/// ASCII.
+const MIGRATION_LOCK: i64 = 0x0075_6e69_6765_6e6d;
+
 /// Errors of the data layer, classified once for every caller.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -98,12 +106,37 @@ pub fn build_pool(settings: &DatabaseSettings) -> Result<PgPool, BuildError> {
         .build()
 }
 
-/// Applies pending migrations. Needs a multi-threaded tokio runtime.
+/// Applies pending migrations, then [`FUNCTIONS`], under an advisory lock so
+/// that processes starting together never race. Needs a multi-threaded
+/// tokio runtime.
 pub async fn run_migrations(database_url: &str) -> anyhow::Result<Vec<String>> {
-    let connection = AsyncPgConnection::establish(database_url).await?;
-    let mut harness = AsyncMigrationHarness::new(connection);
-    let applied = harness
-        .run_pending_migrations(MIGRATIONS)
-        .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?;
-    Ok(applied.iter().map(ToString::to_string).collect())
+    use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+    // Held on a connection of its own for the whole run: a second process
+    // starting at the same moment waits, then finds nothing pending.
+    let mut lock = AsyncPgConnection::establish(database_url).await?;
+    diesel::sql_query("SELECT pg_advisory_lock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK)
+        .execute(&mut lock)
+        .await?;
+    let result = async {
+        let connection = AsyncPgConnection::establish(database_url).await?;
+        let mut harness = AsyncMigrationHarness::new(connection);
+        let applied = harness
+            .run_pending_migrations(MIGRATIONS)
+            .map_err(|e| anyhow::anyhow!("migration failed: {e}"))?
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>();
+        lock.batch_execute(FUNCTIONS)
+            .await
+            .map_err(|e| anyhow::anyhow!("applying migrations/functions.sql failed: {e}"))?;
+        Ok(applied)
+    }
+    .await;
+    // Also released when the connection closes.
+    let _ = diesel::sql_query("SELECT pg_advisory_unlock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK)
+        .execute(&mut lock)
+        .await;
+    result
 }

@@ -15,6 +15,7 @@ mod limits;
 mod media;
 mod metering;
 mod metrics;
+mod migrations;
 mod ops;
 mod pipeline;
 mod recovery;
