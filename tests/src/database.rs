@@ -6,7 +6,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use sha2::{Digest, Sha256};
 use tokio_postgres::NoTls;
 
-use crate::postgres_admin_url;
+use crate::env::postgres_admin_url;
 
 /// Any advisory lock id, shared by every test process.
 const TEMPLATE_LOCK: i64 = 0x756e_6967_656e;

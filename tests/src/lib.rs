@@ -4,6 +4,7 @@
 //! name prefix (queues expire once unused), and a private files directory.
 
 mod database;
+mod env;
 mod process;
 mod proxy;
 
@@ -23,25 +24,10 @@ use unigen_db::queries;
 use uuid::Uuid;
 
 pub use database::TestDatabase;
+pub use env::POSTGRES_ADMIN_URL;
+use env::amqp_url;
 pub use process::StackProcess;
 pub use proxy::FaultProxy;
-
-pub const POSTGRES_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-
-/// The PostgreSQL server's admin URL (`UNIGEN_TEST_DATABASE_URL`).
-fn postgres_admin_url() -> String {
-    env_or("UNIGEN_TEST_DATABASE_URL", POSTGRES_ADMIN_URL)
-}
-
-/// The RabbitMQ URL (`UNIGEN_TEST_AMQP_URL`).
-fn amqp_url() -> String {
-    env_or("UNIGEN_TEST_AMQP_URL", DEFAULT_AMQP_URL)
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
 
 /// Which binaries to start and how to configure them.
 pub struct TestOptions {

@@ -52,12 +52,12 @@ impl FaultProxy {
 
     /// In front of the tests' PostgreSQL server (`UNIGEN_TEST_DATABASE_URL`).
     pub async fn postgres() -> FaultProxy {
-        Self::start(&host_port(&crate::postgres_admin_url())).await
+        Self::start(&host_port(&crate::env::postgres_admin_url())).await
     }
 
     /// In front of the tests' RabbitMQ (`UNIGEN_TEST_AMQP_URL`).
     pub async fn rabbitmq() -> FaultProxy {
-        Self::start(&host_port(&crate::amqp_url())).await
+        Self::start(&host_port(&crate::env::amqp_url())).await
     }
 
     /// Closes every open connection and refuses new ones until [`restore`].

@@ -213,7 +213,7 @@ impl Allowances {
                 settlements,
             }),
         };
-        let task = super::spawn_housekeeping(allowances.clone(), idle, lease);
+        let task = super::housekeeping::spawn_housekeeping(allowances.clone(), idle, lease);
         (allowances, task, settle_task)
     }
 
@@ -587,7 +587,7 @@ impl Drop for Hold {
     }
 }
 
-impl super::Housekeeping for Allowances {
+impl super::housekeeping::Housekeeping for Allowances {
     fn give_back_idle(&self) -> impl Future<Output = ()> + Send {
         Allowances::give_back_idle(self)
     }

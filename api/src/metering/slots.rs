@@ -105,7 +105,7 @@ impl Slots {
                 orgs: Mutex::default(),
             }),
         };
-        let task = super::spawn_housekeeping(slots.clone(), idle, lease);
+        let task = super::housekeeping::spawn_housekeeping(slots.clone(), idle, lease);
         (slots, task)
     }
 
@@ -269,7 +269,7 @@ impl Slots {
     }
 }
 
-impl super::Housekeeping for Slots {
+impl super::housekeeping::Housekeeping for Slots {
     fn give_back_idle(&self) -> impl Future<Output = ()> + Send {
         Slots::give_back_idle(self)
     }

@@ -11,7 +11,7 @@ use quick_xml::events::Event;
 use quick_xml::name::{Namespace, ResolveResult};
 use zip::result::ZipError;
 
-use super::{ExtractError, KnowledgeFormat, brief};
+use crate::format::{ExtractError, KnowledgeFormat, brief};
 
 const DOCUMENT_PART: &str = "word/document.xml";
 /// Transitional (what Word writes) and Strict OOXML.

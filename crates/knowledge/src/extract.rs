@@ -4,7 +4,10 @@ use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 
-use super::{ExtractError, KnowledgeFormat, MAX_FILE_BYTES, MAX_TEXT_BYTES, brief, docx};
+use unigen_core::domain::MAX_KNOWLEDGE_FILE_BYTES as MAX_FILE_BYTES;
+
+use crate::docx;
+use crate::format::{ExtractError, KnowledgeFormat, MAX_TEXT_BYTES, brief};
 
 const MALFORMED_PDF: &str = "its structure is malformed or uses features that are not supported";
 

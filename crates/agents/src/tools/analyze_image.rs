@@ -14,7 +14,7 @@ use image::{ImageReader, Limits};
 use serde_json::{Value, json};
 
 use super::args::Args;
-use super::{Done, Failure, ToolDeps, ToolScope, blocking, provider_failure};
+use super::kit::{Done, Failure, ToolDeps, ToolScope, blocking, provider_failure};
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
 use unigen_core::fetch::Media;

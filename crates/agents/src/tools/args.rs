@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::Failure;
+use super::kit::Failure;
 use unigen_artifacts::args::kind;
 
 /// The key `llm` stores unparsable argument text under.

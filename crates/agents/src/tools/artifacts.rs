@@ -5,7 +5,7 @@
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use super::{Done, Failure, ToolDeps, ToolScope, blocking};
+use super::kit::{Done, Failure, ToolDeps, ToolScope, blocking};
 use unigen_artifacts::ArtifactError;
 use unigen_artifacts::DocumentFormat;
 use unigen_artifacts::Rendered;

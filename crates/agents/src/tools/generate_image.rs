@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::args::Args;
-use super::{Done, Failure, ToolDeps, ToolScope};
+use super::kit::{Done, Failure, ToolDeps, ToolScope};
 use unigen_core::domain::JobStatus;
 use unigen_core::domain::ModelCategory;
 use unigen_core::domain::Tool;

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::args::Args;
-use super::{Done, Failure, ToolDeps, ToolScope, provider_failure, text_message};
+use super::kit::{Done, Failure, ToolDeps, ToolScope, provider_failure, text_message};
 use unigen_db::billing::chat_credits;
 use unigen_providers::chat::ChatMessage;
 use unigen_providers::chat::count_prompt_tokens;

@@ -14,8 +14,10 @@ use uuid::Uuid;
 use wiremock::matchers::{method, path, query_param};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
+use super::kit::text_message;
 use super::*;
 use unigen_core::config::FetchSettings;
+use unigen_core::config::ModelEntry;
 use unigen_core::config::Settings;
 use unigen_core::fetch::Fetcher;
 use unigen_core::storage::FileStore;

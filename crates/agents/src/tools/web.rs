@@ -4,7 +4,8 @@
 use serde_json::json;
 
 use super::args::Args;
-use super::{Done, Failure, ToolDeps, blocking, html};
+use super::html;
+use super::kit::{Done, Failure, ToolDeps, blocking};
 use unigen_core::fetch::PageKind;
 
 pub(super) const MAX_QUERY_CHARS: usize = 500;

@@ -59,7 +59,7 @@ pub struct ImageParams {
     pub height: u32,
     /// Set for legacy logo requests: render a logo instead of a scene.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logo: Option<super::legacy::LogoParams>,
+    pub logo: Option<LogoParams>,
 }
 
 impl ImageGenerationRequest {
@@ -128,6 +128,18 @@ impl ImageGenerationRequest {
 pub fn parse_size(size: &str) -> Option<(u32, u32)> {
     let (w, h) = size.split_once('x')?;
     Some((w.parse().ok()?, h.parse().ok()?))
+}
+
+/// What a logo job renders (stored inside the image parameters).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogoParams {
+    pub style: String,
+    pub industry: String,
+    pub color_scheme: Option<String>,
+    pub typography: Option<String>,
+    pub mood: Option<String>,
+    pub complexity: u8,
+    pub refine_prompt: bool,
 }
 
 #[cfg(test)]

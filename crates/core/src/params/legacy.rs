@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ValidationError;
-use super::image::ImageParams;
+use super::image::{ImageParams, LogoParams};
 use super::validate::{integer_in, number_in, one_of, optional_text, required_text};
 
 /// The eight legacy model names; `[legacy_models]` maps them to catalogue ids.
@@ -118,18 +118,6 @@ pub struct LegacyLogoRequest {
     /// Default true.
     pub refine_prompt: Option<bool>,
     pub seed: Option<u64>,
-}
-
-/// What a logo job renders (stored inside the image parameters).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LogoParams {
-    pub style: String,
-    pub industry: String,
-    pub color_scheme: Option<String>,
-    pub typography: Option<String>,
-    pub mood: Option<String>,
-    pub complexity: u8,
-    pub refine_prompt: bool,
 }
 
 /// Legacy extras kept with the job (the local provider has no use for them).
