@@ -52,6 +52,25 @@ pub fn document() -> utoipa::openapi::OpenApi {
 
 #[cfg(test)]
 mod tests {
+    /// `docs/openapi.json` is the document as served: a change to the API's
+    /// surface shows in review. After a deliberate change, write it anew with
+    /// `UNIGEN_BLESS_OPENAPI=1 cargo nextest run -p unigen-api openapi`.
+    #[test]
+    fn the_document_is_the_one_in_docs() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+        let current = super::document().to_pretty_json().unwrap() + "\n";
+        if std::env::var_os("UNIGEN_BLESS_OPENAPI").is_some() {
+            std::fs::write(path, &current).unwrap();
+            return;
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == current,
+            "the OpenAPI document differs from docs/openapi.json; review the change, then \
+             rerun with UNIGEN_BLESS_OPENAPI=1 to update the file"
+        );
+    }
+
     #[test]
     fn every_path_is_under_the_versioned_prefix() {
         let doc = super::document();
