@@ -89,7 +89,12 @@ impl Bound {
 pub fn parse_bound(field: &'static str, raw: &str, is_end: bool) -> Result<Bound, ValidationError> {
     // An unencoded `+` of an offset arrives as a space (form encoding).
     let repaired;
-    let raw = match raw.len().checked_sub(6).map(|i| raw.split_at(i)) {
+    // Checked: a client's non-ASCII text may put byte len-6 inside a character.
+    let raw = match raw
+        .len()
+        .checked_sub(6)
+        .and_then(|i| raw.split_at_checked(i))
+    {
         Some((head, tail)) if tail.starts_with(' ') && head.contains('T') => {
             repaired = format!("{head}+{}", &tail[1..]);
             repaired.as_str()
@@ -152,6 +157,14 @@ mod tests {
         let err = json_body::<Body>(b"{not json").unwrap_err().to_string();
         assert!(err.starts_with("request body is not valid JSON"), "{err}");
         assert!(json_body::<Body>(b"").is_err());
+    }
+
+    #[test]
+    fn a_bound_with_multibyte_characters_is_refused_not_a_panic() {
+        for raw in ["a\u{20ac}\u{20ac}b", "2026-03-01T00:0\u{e9}\u{e9}\u{e9}"] {
+            let err = parse_bound("start_date", raw, false).unwrap_err();
+            assert_eq!(err.field, "start_date");
+        }
     }
 
     #[test]

@@ -582,6 +582,9 @@ async fn invalid_parameters_are_400_naming_the_field() {
         ("api_key_id=not-a-uuid", "api_key_id"),
         ("start_date=last-week", "start_date"),
         ("start_date=2026-03-02&end_date=2026-03-01", "end_date"),
+        // Byte len-6 falls inside a character: a 400, never a panic.
+        ("start_date=a%E2%82%AC%E2%82%ACb", "start_date"),
+        ("end_date=a%E2%82%AC%E2%82%ACb", "end_date"),
     ] {
         let (status, error) = error_of(&f.app, &f.app.key, query).await;
         assert_eq!(status, 400, "{query}: {error}");
