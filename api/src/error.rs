@@ -56,6 +56,9 @@ pub enum ApiError {
     /// The plan's maximum count of something is reached.
     #[error("{0}")]
     LimitReached(String),
+    /// The body is larger than `http.max_body_bytes` (413).
+    #[error("the request body is larger than the limit of {0} bytes")]
+    PayloadTooLarge(usize),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -127,6 +130,11 @@ impl ApiError {
                 StatusCode::PAYMENT_REQUIRED,
                 "invalid_request_error",
                 "limit_reached",
+            ),
+            ApiError::PayloadTooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "payload_too_large",
             ),
         }
     }
@@ -277,6 +285,27 @@ impl From<SubmitError> for ApiError {
             SubmitError::Refused(refusal) => ApiError::Quota(refusal),
         }
     }
+}
+
+/// actix answers a body over the payload limit with plain text: such an
+/// answer gets the JSON error body every other error has.
+pub fn json_payload_too_large<B>(
+    res: actix_web::dev::ServiceResponse<B>,
+    limit: usize,
+) -> actix_web::Result<actix_web::middleware::ErrorHandlerResponse<B>> {
+    use actix_web::middleware::ErrorHandlerResponse;
+    let is_json = res
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json {
+        return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+    }
+    let (request, _) = res.into_parts();
+    let response = ApiError::PayloadTooLarge(limit).error_response();
+    Ok(ErrorHandlerResponse::Response(
+        actix_web::dev::ServiceResponse::new(request, response).map_into_right_body(),
+    ))
 }
 
 #[cfg(test)]

@@ -188,6 +188,12 @@ pub async fn spawn(
     let server = HttpServer::new(move || {
         use utoipa_actix_web::AppExt;
         let (app, _) = App::new()
+            .wrap(
+                actix_web::middleware::ErrorHandlers::new()
+                    .handler(actix_web::http::StatusCode::PAYLOAD_TOO_LARGE, move |res| {
+                        error::json_payload_too_large(res, max_body)
+                    }),
+            )
             .wrap(http_metrics.clone())
             .app_data(data.clone())
             .app_data(web::PayloadConfig::new(max_body))

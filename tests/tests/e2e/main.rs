@@ -7,6 +7,7 @@ mod auth;
 mod chat;
 mod events;
 mod faults;
+mod hardening;
 mod images;
 mod jobs;
 mod knowledge;
