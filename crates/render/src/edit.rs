@@ -23,6 +23,7 @@ use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{DynamicImage, ExtendedColorType, GrayImage, ImageEncoder, RgbImage, RgbaImage};
 
 use super::render::{RenderSpec, RenderStyle, render};
+use crate::random::mix64;
 use unigen_core::ProviderError;
 
 /// The edit to perform.
@@ -291,13 +292,6 @@ fn from_ycc(c: Rgbf) -> Rgbf {
         y - 0.344_136 * cb - 0.714_136 * cr,
         y + 1.772 * cb,
     ]
-}
-
-/// The splitmix64 finaliser.
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Hash of a lattice point and a key, in [0, 1).

@@ -5,6 +5,7 @@
 pub mod edit;
 pub mod logo;
 pub mod music;
+mod random;
 pub mod render;
 pub mod speech;
 pub mod video;
@@ -60,4 +61,54 @@ pub async fn logo(params: &ImageParams, index: u32) -> Result<Vec<u8>, ProviderE
     })
     .await
     .map_err(|e| ProviderError::Permanent(format!("logo rendering crashed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::random::fnv1a;
+
+    /// The same seed gives the same file: a refactor of the renderers must
+    /// not change a pixel or a sample. (Update the values only for a
+    /// deliberate change of what the renderers draw.)
+    #[test]
+    fn renderers_keep_their_outputs_for_a_seed() {
+        let scene = crate::render::render(&crate::render::RenderSpec {
+            prompt: "a lighthouse at dusk",
+            negative_prompt: None,
+            seed: 42,
+            style: crate::render::RenderStyle::Vivid,
+            width: 256,
+            height: 192,
+        });
+        let logo = crate::logo::render(&crate::logo::LogoSpec {
+            prompt: "Acme Rockets, launch vehicles",
+            style: "tech",
+            industry: "technology",
+            color_scheme: Some("navy and orange"),
+            typography: None,
+            mood: None,
+            complexity: 3,
+            negative_prompt: None,
+            seed: 7,
+            width: 256,
+            height: 256,
+        });
+        let samples = crate::music::compose(&crate::music::MusicSpec {
+            prompt: "calm piano",
+            negative_prompt: None,
+            seed: 9,
+            duration_seconds: 3.0,
+            format: unigen_core::audio::AudioFormat::Wav,
+            source: None,
+        });
+        let pcm: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        assert_eq!(
+            [fnv1a(scene.as_raw()), fnv1a(logo.as_raw()), fnv1a(&pcm)],
+            [
+                0x5a22_7ef9_00d2_2398,
+                0x7d7b_8d91_9bb2_a74b,
+                0x04ad_76a7_8838_7d39
+            ]
+        );
+    }
 }

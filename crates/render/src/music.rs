@@ -8,6 +8,7 @@
 //! kit) followed by a small reverb. Everything is pure and deterministic, so
 //! the same spec always yields the same samples.
 
+use crate::random::Rng;
 use unigen_core::ProviderError;
 use unigen_core::audio::{self, AudioFormat};
 
@@ -120,50 +121,6 @@ fn sample_count(seconds: f64) -> usize {
 
 // ---------------------------------------------------------------------------
 // Randomness
-
-/// splitmix64: tiny, fast and stable across platforms and builds.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    /// Independent stream `stream` of `seed`, so decisions in one part of the
-    /// song do not shift when another part draws more numbers.
-    fn new(seed: u64, stream: u64) -> Self {
-        let mut r = Rng(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        r.next_u64();
-        r
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    fn range(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * self.unit()
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, p: f32) -> bool {
-        self.unit() < p
-    }
-
-    /// Uniform in [-1, 1).
-    fn noise(&mut self) -> f32 {
-        self.unit() * 2.0 - 1.0
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Reading the prompt
@@ -425,7 +382,7 @@ fn parse_bpm(tokens: &[String]) -> Option<f32> {
 
 impl Style {
     fn from_prompt(prompt: &str, negative: Option<&str>, seed: u64) -> Self {
-        let mut rng = Rng::new(seed, 1);
+        let mut rng = Rng::stream(seed, 1);
         let (pos, mut neg) = split_negations(tokenize(prompt));
         neg.extend(tokenize(negative.unwrap_or("")));
         let want = |stems: &[&str]| has(&pos, stems);
@@ -768,7 +725,7 @@ impl<'s> Plan<'s> {
     /// Form: an accompaniment-only intro when the track is long enough, then
     /// phrases A A' B A' ... where A' answers A with a new cadence.
     fn new(style: &'s Style, seed: u64, samples: usize, melody: bool) -> Self {
-        let mut rng = Rng::new(seed, 2);
+        let mut rng = Rng::stream(seed, 2);
         let progs = if style.minor {
             &MINOR_PROGRESSIONS
         } else {
@@ -910,7 +867,7 @@ fn render(plan: &Plan<'_>, seed: u64, samples: usize) -> Vec<f32> {
         dry: vec![0.0; samples],
         send: vec![0.0; samples],
     };
-    let mut rng = Rng::new(seed, 3);
+    let mut rng = Rng::stream(seed, 3);
     let humanize = |rng: &mut Rng, t: f32| (t + rng.range(-0.004, 0.004)).max(0.0);
 
     if let Some(&lead) = style.voices.first() {
@@ -1066,7 +1023,7 @@ fn render(plan: &Plan<'_>, seed: u64, samples: usize) -> Vec<f32> {
         render_bass(plan, &mut mix, &mut rng);
     }
     if let Some(groove) = style.drums {
-        render_drums(plan, groove, &mut mix, &mut Rng::new(seed, 4));
+        render_drums(plan, groove, &mut mix, &mut Rng::stream(seed, 4));
     }
 
     let Mix { mut dry, send } = mix;

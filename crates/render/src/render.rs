@@ -15,6 +15,7 @@
 
 use std::f32::consts::TAU;
 
+use crate::random::{Rng, fnv1a, mix64};
 use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{ExtendedColorType, ImageEncoder, RgbImage};
 
@@ -71,55 +72,10 @@ pub fn encode_png(img: &RgbImage) -> Vec<u8> {
 // Hashing and randomness
 // ---------------------------------------------------------------------------
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// The splitmix64 finaliser: a strong, cheap 64-bit mixer.
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Hash of two integers and a key, as a float in [0, 1).
 fn hash01(a: u32, b: u32, key: u64) -> f32 {
     let h = mix64(key ^ (u64::from(a) << 32 | u64::from(b)));
     (h >> 40) as f32 * (1.0 / 16_777_216.0)
-}
-
-/// splitmix64 generator.
-struct Rng(u64);
-
-impl Rng {
-    fn new(key: u64) -> Self {
-        Self(mix64(key))
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix64(self.0)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 * (1.0 / 16_777_216.0)
-    }
-
-    fn range(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * self.unit()
-    }
-
-    fn chance(&mut self, p: f32) -> bool {
-        self.unit() < p
-    }
-
-    /// Uniform integer in [0, n).
-    fn below(&mut self, n: usize) -> usize {
-        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -831,8 +787,8 @@ impl Scene {
         // negative prompt and style, which only nudge it.
         let comp_key = mix64(spec.seed ^ mix64(p_hash));
         let pal_key = mix64(comp_key ^ mix64(n_hash ^ style_tag));
-        let mut pick = Rng::new(comp_key ^ 0x01);
-        let mut pal_rng = Rng::new(pal_key);
+        let mut pick = Rng::keyed(comp_key ^ 0x01);
+        let mut pal_rng = Rng::keyed(pal_key);
 
         // --- What is in the picture -------------------------------------
         let mut time = want
@@ -1098,7 +1054,7 @@ impl Scene {
             } else {
                 None
             };
-            let spots = (0..3 + pick.below(3))
+            let spots = (0..3 + pick.below_by_multiply(3))
                 .map(|_| {
                     (
                         pick.range(-0.55, 0.55),
@@ -1134,7 +1090,7 @@ impl Scene {
             });
             let (x0, y0) = (pick.range(-0.1, 0.3) * wf, pick.range(0.0, 0.3) * sky_span);
             let (x1, y1) = (pick.range(0.7, 1.1) * wf, pick.range(0.5, 0.9) * sky_span);
-            let n = 10 + pick.below(6);
+            let n = 10 + pick.below_by_multiply(6);
             for i in 0..n {
                 let t = (i as f32 + pick.unit()) / n as f32;
                 let r = s * pick.range(0.08, 0.2);
@@ -1162,7 +1118,7 @@ impl Scene {
                 let cy = sky_span * pick.unit().powf(1.3);
                 let fade = (1.0 - cy / sky_span).clamp(0.0, 1.0);
                 let b = pick.unit().powi(3) * 0.9 + 0.1;
-                let tint = match pick.below(4) {
+                let tint = match pick.below_by_multiply(4) {
                     0 => [1.0, 0.85, 0.7],
                     1 => [0.75, 0.85, 1.0],
                     _ => [1.0, 1.0, 1.0],
@@ -1181,8 +1137,8 @@ impl Scene {
         if !avoid.clouds {
             let streaky = matches!(time, Time::Golden | Time::Dusk) && pick.chance(0.65);
             let count = match time {
-                Time::Night => pick.below(3),
-                _ => 1 + pick.below(4) + if want.clouds { 3 } else { 0 },
+                Time::Night => pick.below_by_multiply(3),
+                _ => 1 + pick.below_by_multiply(4) + if want.clouds { 3 } else { 0 },
             };
             let alpha = if time == Time::Night { 0.45 } else { 0.92 };
             let light = g(p.cloud_light);
@@ -1191,7 +1147,7 @@ impl Scene {
                 let cx = wf * pick.range(-0.1, 1.1);
                 let cy = sky_span * pick.range(0.08, 0.55);
                 if streaky {
-                    for _ in 0..2 + pick.below(3) {
+                    for _ in 0..2 + pick.below_by_multiply(3) {
                         clouds.push(Puff {
                             cx: cx + s * pick.range(-0.2, 0.2),
                             cy: cy + s * pick.range(-0.03, 0.03),
@@ -1206,7 +1162,7 @@ impl Scene {
                     }
                 } else {
                     let size = s * pick.range(0.035, 0.075) * (1.0 - 0.4 * cy / sky_span);
-                    let n = 4 + pick.below(5);
+                    let n = 4 + pick.below_by_multiply(5);
                     for i in 0..n {
                         let rel = (i as f32 + 0.5) / n as f32 * 2.0 - 1.0;
                         let r = size * (1.0 - 0.5 * rel.abs()) * pick.range(0.75, 1.15);
@@ -1292,7 +1248,7 @@ impl Scene {
         };
         if let Some(hy) = horizon {
             // Distant ranges or islands sitting on the horizon.
-            let n = if city { 1 } else { pick.below(3) };
+            let n = if city { 1 } else { pick.below_by_multiply(3) };
             for i in 0..n {
                 let depth_t = if n > 1 {
                     i as f32 / (n - 1) as f32 * 0.5
@@ -1346,16 +1302,20 @@ impl Scene {
             }
         } else {
             let n = match land {
-                Land::Mountains => 3 + pick.below(4),
-                Land::Hills => 3 + pick.below(3),
-                Land::Dunes => 3 + pick.below(2),
+                Land::Mountains => 3 + pick.below_by_multiply(4),
+                Land::Hills => 3 + pick.below_by_multiply(3),
+                Land::Dunes => 3 + pick.below_by_multiply(2),
             };
             let (amp_far, amp_near, f_far, f_near) = match land {
                 Land::Mountains => (0.22, 0.15, 0.75, 0.45),
                 Land::Hills => (0.12, 0.1, 1.0, 0.55),
                 Land::Dunes => (0.09, 0.08, 1.3, 0.8),
             };
-            let city_from = if city { n - 1 - pick.below(2) } else { n };
+            let city_from = if city {
+                n - 1 - pick.below_by_multiply(2)
+            } else {
+                n
+            };
             for i in 0..n {
                 let t = if n > 1 {
                     i as f32 / (n - 1) as f32

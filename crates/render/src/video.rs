@@ -36,6 +36,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 use tokio::process::{Child, Command};
 
 use super::render::{self, RenderSpec, RenderStyle};
+use crate::random::{Rng, fnv1a};
 use unigen_core::ProviderError;
 
 /// What the video is made from.
@@ -410,7 +411,7 @@ impl Animation {
                 height: bh,
             }),
         };
-        let mut rng = Rng::new(
+        let mut rng = Rng::from_state(
             input.seed
                 ^ fnv1a(input.prompt.as_bytes())
                 ^ input
@@ -468,15 +469,15 @@ impl Motion {
     fn new(rng: &mut Rng, seconds: f64, looping: bool) -> Self {
         // Longer clips travel further, but never faster than a slow drift.
         let zoom_amount = (0.05 + 0.03 * seconds).min(0.18);
-        let zoom = if rng.unit() < 0.5 {
+        let zoom = if rng.unit_f64() < 0.5 {
             (0.98, 0.98 - zoom_amount)
         } else {
             (0.98 - zoom_amount, 0.98)
         };
         let travel = (0.3 + 0.1 * seconds).min(0.8);
         let mut axis = |amount: f64| {
-            let from = 0.1 + 0.8 * rng.unit();
-            let dir = if rng.unit() < 0.5 { -1.0 } else { 1.0 };
+            let from = 0.1 + 0.8 * rng.unit_f64();
+            let dir = if rng.unit_f64() < 0.5 { -1.0 } else { 1.0 };
             let mut to = from + dir * amount;
             if !(0.0..=1.0).contains(&to) {
                 to = from - dir * amount;
@@ -492,10 +493,10 @@ impl Motion {
             pan_to: (u1, v1),
             loop_zoom_amp: (0.02 + 0.015 * seconds).min(0.08),
             loop_pan_amp: (
-                (0.15 + 0.05 * seconds).min(0.4) * if rng.unit() < 0.5 { -1.0 } else { 1.0 },
+                (0.15 + 0.05 * seconds).min(0.4) * if rng.unit_f64() < 0.5 { -1.0 } else { 1.0 },
                 (0.1 + 0.03 * seconds).min(0.3),
             ),
-            loop_phase: rng.unit() * TAU,
+            loop_phase: rng.unit_f64() * TAU,
         }
     }
 
@@ -563,7 +564,7 @@ impl Glow {
             sigma: 0.12 * short,
             color,
             pulses: (seconds / 2.5).round().max(1.0),
-            phase: rng.unit() * TAU,
+            phase: rng.unit_f64() * TAU,
             strength: if photo { 0.6 } else { 1.0 },
         }
     }
@@ -902,9 +903,9 @@ fn style_filters(prompt: &str, negative: Option<&str>, seed: u64) -> Vec<String>
         _ => {}
     }
     if filters.is_empty() {
-        let mut rng = Rng::new(seed ^ fnv1a(prompt.as_bytes()));
-        let degrees = 40.0 + 80.0 * rng.unit();
-        let sign = if rng.unit() < 0.5 { -1.0 } else { 1.0 };
+        let mut rng = Rng::from_state(seed ^ fnv1a(prompt.as_bytes()));
+        let degrees = 40.0 + 80.0 * rng.unit_f64();
+        let sign = if rng.unit_f64() < 0.5 { -1.0 } else { 1.0 };
         filters.push(format!("hue=h={:.0}:s=1.25", sign * degrees));
     }
     filters
@@ -1034,34 +1035,6 @@ async fn read_output(output: &TempFile) -> Result<Vec<u8>, ProviderError> {
 // ---------------------------------------------------------------------------
 // Deterministic randomness
 // ---------------------------------------------------------------------------
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// splitmix64: tiny, fast and good enough for picking motion parameters.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 #[cfg(test)]
 mod tests {
