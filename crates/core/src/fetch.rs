@@ -3,7 +3,7 @@
 //! (unless configured), or inline base64 data (`data:` URIs or bare base64).
 //! The bytes are checked against the formats the field accepts.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,21 +104,48 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || a == 0
                 || (a == 100 && (64..128).contains(&b)) // carrier-grade NAT
                 || (a == 198 && (b == 18 || b == 19)) // benchmarking
+                || (a == 192 && b == 0 && v4.octets()[2] == 0) // IETF protocol assignments
+                || (a == 192 && b == 88 && v4.octets()[2] == 99) // 6to4 relay anycast
                 || a >= 240)
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            // An IPv4 address inside an IPv6 one reaches that IPv4 host:
+            // judge it as such.
+            if let Some(v4) = embedded_ipv4(v6) {
                 return is_public(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let s = v6.segments();
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00 // unique local
-                || (first & 0xffc0) == 0xfe80 // link local
-                || first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link local
+                || (s[0] & 0xffc0) == 0xfec0 // site local (deprecated, still routed by some)
+                || (s[0] == 0x64 && s[1] == 0xff9b) // NAT64 local use, 64:ff9b:1::/48
+                || (s[0] == 0x2001 && s[1] == 0) // Teredo: the IPv4 inside is obfuscated
+                || (s[0] == 0x2001 && s[1] == 0x0db8)) // documentation
         }
     }
+}
+
+/// The IPv4 address an IPv6 address carries: mapped (`::ffff:a.b.c.d`),
+/// compatible (`::a.b.c.d`), NAT64 (`64:ff9b::/96`) or 6to4 (`2002::/16`).
+fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let last32 = || Ipv4Addr::from(((u32::from(s[6])) << 16) | u32::from(s[7]));
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if s[..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
+        return Some(last32());
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(last32());
+    }
+    if s[0] == 0x2002 {
+        return Some(Ipv4Addr::from((u32::from(s[1]) << 16) | u32::from(s[2])));
+    }
+    None
 }
 
 fn host_allowed(url: &reqwest::Url, allow_private: bool) -> bool {
@@ -554,6 +581,31 @@ mod tests {
         }
         for ip in ["::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1", "::"] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+        // IPv4 carried in IPv6, and the ranges the review found missing.
+        for ip in [
+            "64:ff9b::7f00:1",   // NAT64 of 127.0.0.1
+            "64:ff9b::a00:1",    // NAT64 of 10.0.0.1
+            "64:ff9b:1::1",      // NAT64 local use
+            "2002:7f00:1::1",    // 6to4 of 127.0.0.1
+            "2002:a9fe:a9fe::1", // 6to4 of 169.254.169.254
+            "::127.0.0.1",       // IPv4-compatible
+            "::10.0.0.1",
+            "fec0::1",                              // site local
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2", // Teredo
+            "192.0.0.1",
+            "192.0.0.170",
+            "192.88.99.1",
+        ] {
+            assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+        // The same encodings of a public address are public.
+        for ip in [
+            "64:ff9b::5db8:d822",
+            "2002:5db8:d822::1",
+            "::ffff:93.184.216.34",
+        ] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
         }
         assert!(is_public(IpAddr::V4(Ipv4Addr::new(93, 184, 216, 34))));
         assert!(is_public(IpAddr::V6(

@@ -111,9 +111,15 @@ pub fn validate_url(raw: Option<&str>, allow_private: bool) -> Result<String, Va
         return Err(bad("url must be at most 2048 characters"));
     }
     let url = url::Url::parse(raw).map_err(|_| bad("url must be an absolute https URL"))?;
+    if url.host().is_none() {
+        return Err(bad("url must name a host"));
+    }
+    let private = is_private_target(&url);
     match url.scheme() {
         "https" => {}
-        "http" if allow_private => {}
+        // The switch relaxes private and loopback targets only: a public
+        // receiver still needs https.
+        "http" if allow_private && private => {}
         _ => return Err(bad("url must use https")),
     }
     if !url.username().is_empty() || url.password().is_some() {
@@ -121,21 +127,25 @@ pub fn validate_url(raw: Option<&str>, allow_private: bool) -> Result<String, Va
             "url must not carry credentials; send them in custom headers",
         ));
     }
-    let private = match url.host() {
-        Some(url::Host::Ipv4(ip)) => !is_public(IpAddr::V4(ip)),
-        Some(url::Host::Ipv6(ip)) => !is_public(IpAddr::V6(ip)),
-        Some(url::Host::Domain(name)) => {
-            let name = name.trim_end_matches('.').to_ascii_lowercase();
-            name == "localhost" || name.ends_with(".localhost")
-        }
-        None => return Err(bad("url must name a host")),
-    };
     if private && !allow_private {
         return Err(bad(
             "url points to a private or loopback address, which is not allowed",
         ));
     }
     Ok(url.to_string())
+}
+
+/// A private, loopback or link-local address literal, or `localhost`.
+fn is_private_target(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => !is_public(IpAddr::V4(ip)),
+        Some(url::Host::Ipv6(ip)) => !is_public(IpAddr::V6(ip)),
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            name == "localhost" || name.ends_with(".localhost")
+        }
+        None => true,
+    }
 }
 
 /// `events`: a non-empty list of the spec's kinds; duplicates collapse.
@@ -275,6 +285,10 @@ impl DeliveryClient {
         };
         if literal_private && !self.allow_private {
             return Err("the URL points to a private or loopback address".into());
+        }
+        // Checked again here: a webhook stored before the rule tightened.
+        if url.scheme() != "https" && !is_private_target(&url) {
+            return Err("a public webhook URL must use https".into());
         }
         let body = envelope(request.event);
         let timestamp = chrono::Utc::now().timestamp();
@@ -423,6 +437,12 @@ mod tests {
             assert!(err.message.contains(message), "{raw}: {}", err.message);
         }
         assert!(validate_url(Some("http://127.0.0.1:9/in"), true).is_ok());
+        assert!(validate_url(Some("http://localhost:9/in"), true).is_ok());
+        // The switch relaxes private targets only: public ones need https.
+        for raw in ["http://hooks.example.com/in", "http://93.184.216.34/in"] {
+            let err = validate_url(Some(raw), true).unwrap_err();
+            assert!(err.message.contains("https"), "{raw}: {}", err.message);
+        }
         assert!(validate_url(None, true).is_err());
     }
 
