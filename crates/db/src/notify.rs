@@ -34,8 +34,6 @@ use unigen_core::batch::Batcher;
 /// never nil.
 pub const EVENTS_RECORDED: Uuid = Uuid::nil();
 
-/// Channel of the `unigen_auth_changed` trigger (migration
-/// `auth_change_notify`): keys, organizations or plans changed.
 pub use unigen_core::config::{AUTH_CHANNEL, validate_channel};
 
 /// The id woken when [`AUTH_CHANNEL`] fires: watch it to drop cached keys.

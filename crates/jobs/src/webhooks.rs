@@ -14,8 +14,7 @@ use serde_json::{Map, Value, json};
 use sha2::Sha256;
 
 use unigen_core::ValidationError;
-use unigen_core::fetch::GuardedResolver;
-use unigen_core::fetch::is_public;
+use unigen_core::fetch::{GuardedResolver, is_public};
 use unigen_db::models::Event;
 
 /// Every kind of the spec's event table, in its order (plus the overage
@@ -277,17 +276,12 @@ impl DeliveryClient {
 
     async fn send(&self, request: &SignedRequest<'_>) -> Result<u16, String> {
         let url = reqwest::Url::parse(request.url).map_err(|_| "invalid URL".to_owned())?;
-        let literal_private = match url.host() {
-            Some(url::Host::Ipv4(ip)) => !is_public(IpAddr::V4(ip)),
-            Some(url::Host::Ipv6(ip)) => !is_public(IpAddr::V6(ip)),
-            Some(url::Host::Domain(_)) => false,
-            None => true,
-        };
-        if literal_private && !self.allow_private {
+        let private = is_private_target(&url);
+        if private && !self.allow_private {
             return Err("the URL points to a private or loopback address".into());
         }
         // Checked again here: a webhook stored before the rule tightened.
-        if url.scheme() != "https" && !is_private_target(&url) {
+        if url.scheme() != "https" && !private {
             return Err("a public webhook URL must use https".into());
         }
         let body = envelope(request.event);

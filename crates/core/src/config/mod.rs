@@ -5,9 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::domain::ModelCategory;
-
-use crate::domain::ModelTier;
+use crate::domain::{ModelCategory, ModelTier};
 
 mod search;
 mod webhooks;
@@ -18,7 +16,9 @@ pub use webhooks::WebhookSettings;
 /// Adapters this build can drive.
 pub const ADAPTERS: [&str; 3] = ["local", "openai", "replicate"];
 
-/// The channel key-cache invalidations use; no job channel may take it.
+/// Channel of the `unigen_auth_changed` trigger (migration
+/// `auth_change_notify`): keys, organizations or plans changed. Key caches
+/// listen on it; no job channel may take it.
 pub const AUTH_CHANNEL: &str = "unigen_auth";
 
 /// Accepts `[a-z0-9_]+` only: the name is interpolated into `LISTEN`.
