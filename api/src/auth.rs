@@ -6,9 +6,7 @@ use std::pin::Pin;
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use chrono::Utc;
-use unigen_core::domain::Scope;
-use unigen_core::domain::hash_key;
-use unigen_core::domain::looks_like_key;
+use unigen_core::domain::{Scope, hash_key, looks_like_key};
 use unigen_db::queries;
 use uuid::Uuid;
 

@@ -7,14 +7,10 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use unigen_core::config::Settings;
-use unigen_core::domain::ApiKeyMaterial;
-use unigen_core::domain::Scope;
+use unigen_core::domain::{ApiKeyMaterial, Scope};
 use unigen_db as db;
-use unigen_db::events;
-use unigen_db::models::BillingAccount;
-use unigen_db::models::NewApiKey;
-use unigen_db::models::NewOrganization;
-use unigen_db::queries;
+use unigen_db::models::{BillingAccount, NewApiKey, NewOrganization};
+use unigen_db::{events, queries};
 use uuid::Uuid;
 
 #[derive(Parser)]

@@ -8,10 +8,8 @@
 use std::collections::HashMap;
 
 use tokio::task::JoinHandle;
-use unigen_db::DbError;
-use unigen_db::PgPool;
 use unigen_db::models::Job;
-use unigen_db::queries;
+use unigen_db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
 use unigen_core::batched::Batched;

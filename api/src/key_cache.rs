@@ -9,15 +9,13 @@
 //! missed: the cache is bypassed until it is back.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use unigen_db::models::KeyAuthRow;
-use unigen_db::notify::AUTH_CHANGED;
-use unigen_db::notify::ListenerHub;
+use unigen_db::notify::{AUTH_CHANGED, ListenerHub};
 
 /// Past this many entries the cache is emptied rather than grown (keys
 /// guessed at random are never cached, only verified ones).

@@ -3,9 +3,8 @@
 
 use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use unigen_core::domain::Tool;
-use unigen_db::PgPool;
 use unigen_db::notify::ListenerHub;
-use unigen_db::queries;
+use unigen_db::{PgPool, queries};
 use unigen_jobs::metrics::ListenerMetrics;
 
 pub struct Metrics {

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use unigen_db::queries::limits;
 
-use unigen_db::DbError;
-use unigen_db::PgPool;
 use unigen_db::queries::limits::RateGrant;
+use unigen_db::{DbError, PgPool};
 use uuid::Uuid;
 
 /// How long a block's tokens may be used.

@@ -3,11 +3,9 @@ use std::time::Duration;
 
 use unigen_core::config::Settings;
 use unigen_core::fetch::Fetcher;
-use unigen_core::storage::FileStore;
-use unigen_core::storage::UrlSigner;
+use unigen_core::storage::{FileStore, UrlSigner};
 use unigen_db::PgPool;
-use unigen_db::notify::ListenerHub;
-use unigen_db::notify::Notifier;
+use unigen_db::notify::{ListenerHub, Notifier};
 use unigen_jobs::JobSubmitter;
 use unigen_jobs::queue::Publisher;
 use unigen_providers::Catalogue;

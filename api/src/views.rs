@@ -4,8 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use unigen_core::domain::ModelTier;
-use unigen_core::storage::UrlSigner;
-use unigen_core::storage::present_files;
+use unigen_core::storage::{UrlSigner, present_files};
 use unigen_db::models::Job;
 
 /// A job: the union of the spec's representation A (jobs API) and B (status

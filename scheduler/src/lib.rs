@@ -14,10 +14,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use unigen_core::config::Settings;
 use unigen_db as db;
-use unigen_db::notify::ListenerHub;
-use unigen_db::notify::Notifier;
-use unigen_jobs::queue::Publisher;
-use unigen_jobs::queue::Topology;
+use unigen_db::notify::{ListenerHub, Notifier};
+use unigen_jobs::queue::{Publisher, Topology};
 
 pub use runner::{Activity, Task};
 

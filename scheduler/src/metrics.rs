@@ -17,12 +17,8 @@ use lapin::types::FieldTable;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use unigen_core::domain::Tool;
 use unigen_db::notify::ListenerHub;
-use unigen_jobs::metrics::ListenerMetrics;
-use unigen_jobs::metrics::Scrape;
-use unigen_jobs::metrics::job_failures;
-use unigen_jobs::metrics::render;
-use unigen_jobs::queue::SharedConnection;
-use unigen_jobs::queue::Topology;
+use unigen_jobs::metrics::{ListenerMetrics, Scrape, job_failures, render};
+use unigen_jobs::queue::{SharedConnection, Topology};
 
 /// A scrape never waits longer than this on the broker.
 const BROKER_READ_TIMEOUT: Duration = Duration::from_secs(3);

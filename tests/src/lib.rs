@@ -16,10 +16,8 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use unigen_core::config::Settings;
-use unigen_core::domain::ApiKeyMaterial;
-use unigen_core::domain::Scope;
-use unigen_db::models::NewApiKey;
-use unigen_db::models::NewOrganization;
+use unigen_core::domain::{ApiKeyMaterial, Scope};
+use unigen_db::models::{NewApiKey, NewOrganization};
 use unigen_db::queries;
 use uuid::Uuid;
 

@@ -14,9 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use unigen_core::domain::Tool;
-use unigen_db::DbError;
-use unigen_db::events;
-use unigen_db::queries;
+use unigen_db::{DbError, events, queries};
 use unigen_jobs::queue::JobMessage;
 
 use crate::WorkerContext;

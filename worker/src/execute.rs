@@ -2,12 +2,9 @@
 
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use unigen_core::domain::JobStatus;
-use unigen_core::domain::Tool;
-use unigen_db::DbError;
-use unigen_db::events;
+use unigen_core::domain::{JobStatus, Tool};
 use unigen_db::models::Job;
-use unigen_db::queries;
+use unigen_db::{DbError, events, queries};
 use uuid::Uuid;
 
 use crate::WorkerContext;

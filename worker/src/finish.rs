@@ -9,13 +9,9 @@ use std::sync::Arc;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use tokio::task::JoinHandle;
 use unigen_core::batched::Batched;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::billing;
-use unigen_db::models::Event;
-use unigen_db::models::Job;
-use unigen_db::queries;
+use unigen_db::models::{Event, Job};
 use unigen_db::queries::billing::SettleItem;
+use unigen_db::{DbError, PgPool, billing, queries};
 
 /// Largest batch: bounds how long its locks are held.
 const MAX_BATCH: usize = 100;

@@ -14,15 +14,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use unigen_core::config::Settings;
-use unigen_db::DbError;
-use unigen_db::models::KnowledgeFile;
-use unigen_db::models::NewKnowledgeChunk;
-use unigen_db::queries;
+use unigen_db::models::{KnowledgeFile, NewKnowledgeChunk};
+use unigen_db::{DbError, queries};
 use unigen_jobs::queue::KnowledgeMessage;
 use unigen_knowledge::KnowledgeFormat;
-use unigen_knowledge::process::EmbeddedChunk;
-use unigen_knowledge::process::ProcessOptions;
-use unigen_knowledge::process::process_file;
+use unigen_knowledge::process::{EmbeddedChunk, ProcessOptions, process_file};
 use unigen_knowledge::retrieve::Embedder;
 
 use crate::WorkerContext;

@@ -8,10 +8,7 @@ use futures_util::future::BoxFuture;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Registry};
 use unigen_core::domain::Tool;
 use unigen_db::notify::ListenerHub;
-use unigen_jobs::metrics::ListenerMetrics;
-use unigen_jobs::metrics::Scrape;
-use unigen_jobs::metrics::job_failures;
-use unigen_jobs::metrics::render;
+use unigen_jobs::metrics::{ListenerMetrics, Scrape, job_failures, render};
 
 /// Job run times span a 10 ms echo to a 30 min video.
 const JOB_DURATION_BUCKETS: &[f64] = &[

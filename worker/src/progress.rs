@@ -1,8 +1,7 @@
 //! Progress reports of a running job (best effort: a lost update is only
 //! logged).
 
-use unigen_db::DbError;
-use unigen_db::queries;
+use unigen_db::{DbError, queries};
 use uuid::Uuid;
 
 use crate::WorkerContext;

@@ -3,10 +3,9 @@
 use unigen_core::domain::Tool;
 use unigen_db::models::Job;
 
-use crate::WorkerContext;
 use crate::error::ToolError;
 use crate::progress::Progress;
-use crate::tools;
+use crate::{WorkerContext, tools};
 
 /// What a finished tool hands back: `outputData` (file keys, not URLs) and
 /// the credits it actually consumed.

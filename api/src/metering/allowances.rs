@@ -22,18 +22,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::task::JoinHandle;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::billing::Bucket;
-use unigen_db::billing::Charge;
-use unigen_db::billing::Refusal;
-use unigen_db::billing::Settled;
+use unigen_db::billing::{Bucket, Charge, Refusal, Settled};
 use unigen_db::models::UsageRecord;
 use unigen_db::queries::billing;
-use unigen_db::queries::billing::AllowanceGrowth;
-use unigen_db::queries::billing::Amount;
-use unigen_db::queries::billing::Grown;
-use unigen_db::queries::billing::ShareItem;
+use unigen_db::queries::billing::{AllowanceGrowth, Amount, Grown, ShareItem};
+use unigen_db::{DbError, PgPool};
 use uuid::Uuid;
 
 use unigen_core::batched::Batched;

@@ -15,14 +15,10 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use chrono::Utc;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::billing::Charge;
-use unigen_db::billing::Estimate;
-use unigen_db::billing::Settled;
+use unigen_db::billing::{Charge, Estimate, Settled};
 use unigen_db::models::UsageRecord;
-use unigen_db::queries;
 use unigen_db::queries::billing::Amount;
+use unigen_db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
 use crate::auth::Caller;

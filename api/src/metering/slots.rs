@@ -15,9 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
-use unigen_db::DbError;
-use unigen_db::PgPool;
 use unigen_db::queries::limits;
+use unigen_db::{DbError, PgPool};
 use uuid::Uuid;
 
 /// Largest block leased at once.

@@ -11,15 +11,11 @@ use futures_util::stream;
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedReceiver;
 use unigen_agents::run;
-use unigen_agents::run::RunCaller;
-use unigen_agents::run::RunEvent;
-use unigen_agents::run::RunRequest;
+use unigen_agents::run::{RunCaller, RunEvent, RunRequest};
 use unigen_core::domain::Scope;
-use unigen_db::DbError;
-use unigen_db::models::AgentRun;
-use unigen_db::models::AgentRunStep;
-use unigen_db::queries;
+use unigen_db::models::{AgentRun, AgentRunStep};
 use unigen_db::queries::agent_runs::STATUSES;
+use unigen_db::{DbError, queries};
 use uuid::Uuid;
 
 use crate::auth::Caller;

@@ -3,13 +3,8 @@ use std::collections::HashMap;
 use actix_web::{HttpResponse, post, web};
 use serde_json::json;
 use unigen_core::ValidationError;
-use unigen_core::domain::ModelCategory;
-use unigen_core::domain::Scope;
-use unigen_core::domain::Tool;
-use unigen_core::params::edit::ImageEditRequest;
-use unigen_core::params::edit::MAX_INPUT_SIDE;
-use unigen_core::params::edit::MAX_OUTPUT_SIDE;
-use unigen_core::params::edit::output_size;
+use unigen_core::domain::{ModelCategory, Scope, Tool};
+use unigen_core::params::edit::{ImageEditRequest, MAX_INPUT_SIDE, MAX_OUTPUT_SIDE, output_size};
 
 use super::generation::{self, Generation, image_dimensions, random_seed};
 use crate::auth::Caller;

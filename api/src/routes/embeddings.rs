@@ -4,12 +4,9 @@ use actix_web::{HttpResponse, post, web};
 use base64::Engine;
 use serde_json::json;
 use unigen_core::domain::ModelCategory;
-use unigen_db::billing::Charge;
-use unigen_db::billing::Estimate;
-use unigen_providers::chat::EmbeddingRequest;
-use unigen_providers::chat::count_tokens;
-use unigen_providers::local::chat::DEFAULT_EMBEDDING_DIMENSIONS;
-use unigen_providers::local::chat::embed;
+use unigen_db::billing::{Charge, Estimate};
+use unigen_providers::chat::{EmbeddingRequest, count_tokens};
+use unigen_providers::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};

@@ -2,9 +2,7 @@ use std::collections::HashMap;
 
 use actix_web::{HttpResponse, post, web};
 use chrono::Utc;
-use unigen_core::domain::ModelCategory;
-use unigen_core::domain::Scope;
-use unigen_core::domain::Tool;
+use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::image::ImageGenerationRequest;
 
 use super::generation::{self, Generation, random_seed};

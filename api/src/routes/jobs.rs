@@ -2,12 +2,9 @@ use std::collections::HashMap;
 
 use actix_web::{HttpResponse, delete, get, web};
 use chrono::Utc;
-use unigen_core::domain::Scope;
-use unigen_core::domain::Tool;
-use unigen_db::DbError;
-use unigen_db::queries;
-use unigen_db::queries::jobs::CancelOutcome;
-use unigen_db::queries::jobs::JobFilter;
+use unigen_core::domain::{Scope, Tool};
+use unigen_db::queries::jobs::{CancelOutcome, JobFilter};
+use unigen_db::{DbError, queries};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};

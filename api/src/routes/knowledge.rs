@@ -11,19 +11,12 @@ use serde::Serialize;
 use unigen_agents::AgentLimits;
 use unigen_core::ValidationError;
 use unigen_core::domain::Scope;
-use unigen_db::DbError;
 use unigen_db::models::KnowledgeFile;
-use unigen_db::queries;
-use unigen_knowledge::KnowledgeFormat;
-use unigen_knowledge::MAX_FILE_BYTES;
-use unigen_knowledge::upload;
-use unigen_knowledge::upload::AcceptError;
-use unigen_knowledge::upload::AcceptOutcome;
-use unigen_knowledge::upload::Upload;
-use unigen_knowledge::upload::UploadRefusal;
-use unigen_knowledge::upload::display_name;
-use unigen_knowledge::upload::max_file_bytes;
-use unigen_knowledge::upload::storage_prefix;
+use unigen_db::{DbError, queries};
+use unigen_knowledge::upload::{
+    AcceptError, AcceptOutcome, Upload, UploadRefusal, display_name, max_file_bytes, storage_prefix,
+};
+use unigen_knowledge::{KnowledgeFormat, MAX_FILE_BYTES, upload};
 use uuid::Uuid;
 
 use crate::auth::Caller;

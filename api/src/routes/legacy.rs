@@ -10,13 +10,11 @@ use std::time::Instant;
 
 use actix_web::{HttpResponse, ResponseError, post, web};
 use serde_json::{Value, json};
-use unigen_core::domain::Scope;
-use unigen_core::domain::Tool;
+use unigen_core::domain::{Scope, Tool};
 use unigen_core::params::image::ImageParams;
-use unigen_core::params::legacy::LegacyExtras;
-use unigen_core::params::legacy::LegacyGenerateRequest;
-use unigen_core::params::legacy::LegacyLogoRequest;
-use unigen_core::params::legacy::LegacyRequest;
+use unigen_core::params::legacy::{
+    LegacyExtras, LegacyGenerateRequest, LegacyLogoRequest, LegacyRequest,
+};
 use unigen_db::models::Job;
 
 use super::generation::{self, Generation, Outcome, random_seed};

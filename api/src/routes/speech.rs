@@ -3,9 +3,7 @@ use std::collections::HashMap;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, post, web};
 use serde_json::json;
-use unigen_core::domain::ModelCategory;
-use unigen_core::domain::Scope;
-use unigen_core::domain::Tool;
+use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::speech::SpeechRequest;
 
 use super::generation::{self, Generation};

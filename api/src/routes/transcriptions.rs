@@ -4,11 +4,8 @@ use actix_web::{HttpResponse, post, web};
 use serde_json::json;
 use unigen_core::ValidationError;
 use unigen_core::audio::probe_duration;
-use unigen_core::domain::ModelCategory;
-use unigen_core::domain::Scope;
-use unigen_core::domain::Tool;
-use unigen_core::params::transcription::Transcript;
-use unigen_core::params::transcription::TranscriptionRequest;
+use unigen_core::domain::{ModelCategory, Scope, Tool};
+use unigen_core::params::transcription::{Transcript, TranscriptionRequest};
 
 use super::generation::{self, Generation};
 

@@ -15,8 +15,7 @@ use unigen_core::ValidationError;
 use unigen_core::domain::Scope;
 use unigen_db::DbError;
 use unigen_db::queries::usage;
-use unigen_db::queries::usage::ReportQuery;
-use unigen_db::queries::usage::UsageFilter;
+use unigen_db::queries::usage::{ReportQuery, UsageFilter};
 
 use self::params::{Aggregation, Bound, Format, UsageParams};
 use self::view::{Context, UsageResponse, local_time};

@@ -9,14 +9,9 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use unigen_core::domain::Scope;
-use unigen_db::DbError;
-use unigen_db::events;
-use unigen_db::models::NewWebhook;
-use unigen_db::models::Webhook;
-use unigen_db::models::WebhookUpdate;
-use unigen_db::queries;
-use unigen_db::queries::webhooks::CreateOutcome;
-use unigen_db::queries::webhooks::DeliveryLog;
+use unigen_db::models::{NewWebhook, Webhook, WebhookUpdate};
+use unigen_db::queries::webhooks::{CreateOutcome, DeliveryLog};
+use unigen_db::{DbError, events, queries};
 use unigen_jobs::webhooks;
 use uuid::Uuid;
 

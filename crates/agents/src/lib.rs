@@ -9,11 +9,10 @@ pub use unigen_core::storage::run_storage_prefix;
 
 use serde::Deserialize;
 
-use unigen_db::models::AgentUpdate;
+use unigen_db::models::{AgentUpdate, NewAgent};
 
 use unigen_core::ValidationError;
 use unigen_core::domain::ModelCategory;
-use unigen_db::models::NewAgent;
 use unigen_providers::Catalogue;
 
 pub const MAX_NAME_CHARS: usize = 100;

@@ -5,13 +5,9 @@
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use crate::models::AgentRun;
-use crate::models::Job;
-use crate::models::Plan;
-use crate::models::UsageRecord;
+use crate::models::{AgentRun, Job, Plan, UsageRecord};
 pub use unigen_core::domain::Bucket;
-use unigen_core::domain::ModelTier;
-use unigen_core::domain::Tool;
+use unigen_core::domain::{ModelTier, Tool};
 
 /// The quota pseudo-bucket of credits, named in 402 messages and events.
 pub const CREDITS: &str = "credits";

@@ -5,15 +5,9 @@ use chrono::Utc;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::models::AgentRun;
+use crate::models::{AgentRun, Event, Job, Plan};
 
-use crate::models::Event;
-
-use crate::models::Job;
-
-use crate::models::Plan;
-use unigen_core::storage::UrlSigner;
-use unigen_core::storage::present_files;
+use unigen_core::storage::{UrlSigner, present_files};
 
 /// The kind of `POST /webhooks/{id}/test`; delivered only to that webhook.
 pub const TEST_EVENT: &str = "webhook.test";

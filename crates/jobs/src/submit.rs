@@ -4,20 +4,15 @@ use std::time::Duration;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use uuid::Uuid;
 
-use crate::queue::JobMessage;
-use crate::queue::Publisher;
+use crate::queue::{JobMessage, Publisher};
 use unigen_core::batch::Batcher;
 use unigen_core::batched::Batched;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::Tool;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::billing::Estimate;
-use unigen_db::billing::Refusal;
-use unigen_db::models::Job;
-use unigen_db::models::NewJob;
-use unigen_db::queries;
+use unigen_db::billing::{Estimate, Refusal};
+use unigen_db::models::{Job, NewJob};
 use unigen_db::queries::billing::ReserveItem;
+use unigen_db::{DbError, PgPool, queries};
 
 /// Largest submission batch: bounds the statement and how long its locks
 /// are held.

@@ -7,9 +7,7 @@
 //! with the last words of the one before (the overlap), so a passage cut at
 //! a boundary is still found whole in one of the two.
 
-use unigen_providers::chat::count_tokens;
-
-use unigen_providers::chat::token_pieces;
+use unigen_providers::chat::{count_tokens, token_pieces};
 
 /// One character can take up to 4 cl100k tokens: below this, a chunk could
 /// not hold every character.

@@ -9,21 +9,15 @@ use std::sync::Arc;
 use diesel_async::AsyncPgConnection;
 use uuid::Uuid;
 
-use unigen_core::config::ModelEntry;
-
-use unigen_core::config::Settings;
+use unigen_core::config::{ModelEntry, Settings, UpstreamSettings};
 
 use unigen_core::ProviderError;
-use unigen_core::config::UpstreamSettings;
 use unigen_core::domain::ModelCategory;
-use unigen_db::DbError;
-use unigen_db::queries;
-use unigen_providers::Catalogue;
-use unigen_providers::fallback;
+use unigen_db::{DbError, queries};
 use unigen_providers::local::LocalProvider;
-use unigen_providers::local::chat::DEFAULT_EMBEDDING_DIMENSIONS;
-use unigen_providers::local::chat::embed;
+use unigen_providers::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
 use unigen_providers::openai::OpenAiClient;
+use unigen_providers::{Catalogue, fallback};
 
 /// A chunk of one of the agent's knowledge files, with its similarity to the
 /// query (cosine, -1..1).

@@ -5,17 +5,12 @@ use uuid::Uuid;
 
 use super::KnowledgeFormat;
 pub use unigen_core::domain::{UploadRefusal, admit_count, admit_plan, admit_size, max_file_bytes};
-use unigen_core::storage::FileStore;
-use unigen_core::storage::StorageError;
 pub use unigen_core::storage::knowledge_storage_prefix as storage_prefix;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::models::KnowledgeFile;
-use unigen_db::models::NewKnowledgeFile;
-use unigen_db::queries;
+use unigen_core::storage::{FileStore, StorageError};
+use unigen_db::models::{KnowledgeFile, NewKnowledgeFile};
 use unigen_db::queries::knowledge::InsertOutcome;
-use unigen_jobs::queue::KnowledgeMessage;
-use unigen_jobs::queue::Publisher;
+use unigen_db::{DbError, PgPool, queries};
+use unigen_jobs::queue::{KnowledgeMessage, Publisher};
 
 /// Longest file name kept (characters); the rest is cut.
 pub const MAX_FILENAME_CHARS: usize = 255;

@@ -20,18 +20,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::chat::ChatMessage;
+use crate::chat::{ChatMessage, count_prompt_tokens, count_tokens};
 
-use crate::chat::count_prompt_tokens;
-
-use crate::chat::count_tokens;
 use crate::fallback;
-use crate::local::LocalProvider;
-use crate::local::chat;
+use crate::local::{LocalProvider, chat};
 use crate::openai::OpenAiClient;
 use unigen_core::ProviderError;
-use unigen_core::config::LocalProviderSettings;
-use unigen_core::config::UpstreamSettings;
+use unigen_core::config::{LocalProviderSettings, UpstreamSettings};
 use unigen_core::domain::ModelCategory;
 
 pub use crate::turn::{

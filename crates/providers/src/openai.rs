@@ -12,9 +12,7 @@ use serde::Deserialize;
 use super::ProviderError;
 use super::http::{self, Attempt, bearer, connection_failure, with_retries};
 use unigen_core::config::UpstreamSettings;
-use unigen_core::params::transcription::Segment;
-use unigen_core::params::transcription::Transcript;
-use unigen_core::params::transcription::Word;
+use unigen_core::params::transcription::{Segment, Transcript, Word};
 
 #[derive(Clone)]
 pub struct OpenAiClient {

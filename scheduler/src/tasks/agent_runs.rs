@@ -8,13 +8,10 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_db::DbError;
-use unigen_db::PgPool;
 use unigen_db::billing::run_usage_record as usage_record;
-use unigen_db::events;
 use unigen_db::notify::Notifier;
-use unigen_db::queries;
 use unigen_db::queries::agent_runs::ABANDONED_MARGIN;
+use unigen_db::{DbError, PgPool, events, queries};
 
 use crate::runner::{Activity, Task};
 

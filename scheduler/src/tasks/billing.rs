@@ -4,9 +4,7 @@
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::queries;
+use unigen_db::{DbError, PgPool, queries};
 
 use crate::runner::{Activity, Task};
 

@@ -11,10 +11,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
 use unigen_core::config::JobSettings;
 use unigen_core::domain::Tool;
-use unigen_db::DbError;
-use unigen_db::PgPool;
 use unigen_db::notify::Notifier;
-use unigen_db::queries;
+use unigen_db::{DbError, PgPool, queries};
 
 use crate::metrics::SchedulerMetrics;
 use crate::runner::{Activity, Task};

@@ -10,11 +10,8 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::queries;
-use unigen_jobs::queue::KnowledgeMessage;
-use unigen_jobs::queue::Publisher;
+use unigen_db::{DbError, PgPool, queries};
+use unigen_jobs::queue::{KnowledgeMessage, Publisher};
 
 use crate::runner::{Activity, Task};
 

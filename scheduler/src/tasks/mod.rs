@@ -8,11 +8,9 @@ pub mod retention;
 pub mod webhooks;
 
 use diesel_async::AsyncPgConnection;
-use unigen_db::DbError;
 use unigen_db::billing::job_usage_record;
-use unigen_db::events;
-use unigen_db::queries;
 use unigen_db::queries::jobs::RescuedJob;
+use unigen_db::{DbError, events, queries};
 
 /// For jobs the scheduler just failed (out of attempts, past the deadline):
 /// their `generation.failed` events, their reservations released (a failed

@@ -6,11 +6,8 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::queries;
-use unigen_jobs::queue::JobMessage;
-use unigen_jobs::queue::Publisher;
+use unigen_db::{DbError, PgPool, queries};
+use unigen_jobs::queue::{JobMessage, Publisher};
 
 use crate::runner::{Activity, Task};
 

@@ -16,11 +16,8 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
-use unigen_core::storage::FileStore;
-use unigen_core::storage::run_storage_prefix;
-use unigen_core::storage::stored_files;
-use unigen_db::PgPool;
-use unigen_db::queries;
+use unigen_core::storage::{FileStore, run_storage_prefix, stored_files};
+use unigen_db::{PgPool, queries};
 
 use crate::runner::{Activity, Task};
 

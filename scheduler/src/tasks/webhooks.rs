@@ -13,16 +13,11 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use unigen_db::DbError;
-use unigen_db::PgPool;
-use unigen_db::notify::EVENTS_RECORDED;
-use unigen_db::notify::ListenerHub;
+use unigen_db::notify::{EVENTS_RECORDED, ListenerHub};
 use unigen_db::queries::webhooks as queries;
-use unigen_db::queries::webhooks::ClaimedDelivery;
-use unigen_db::queries::webhooks::Settled;
-use unigen_jobs::webhooks::DeliveryClient;
-use unigen_jobs::webhooks::SignedRequest;
-use unigen_jobs::webhooks::WebhookSettings;
+use unigen_db::queries::webhooks::{ClaimedDelivery, Settled};
+use unigen_db::{DbError, PgPool};
+use unigen_jobs::webhooks::{DeliveryClient, SignedRequest, WebhookSettings};
 
 use crate::metrics::SchedulerMetrics;
 

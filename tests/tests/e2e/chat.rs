@@ -2,8 +2,7 @@
 //! openai adapter against a fake upstream speaking the real wire format.
 
 use serde_json::{Value, json};
-use unigen_core::config::ModelEntry;
-use unigen_core::config::UpstreamSettings;
+use unigen_core::config::{ModelEntry, UpstreamSettings};
 use unigen_core::domain::ModelCategory;
 use unigen_tests::{TestApp, TestOptions, json_of};
 use wiremock::matchers::{method, path};

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use reqwest::multipart::{Form, Part};
 use serde_json::{Value, json};
-use unigen_knowledge::retrieve::Embedder;
-use unigen_knowledge::retrieve::relevant_excerpts;
+use unigen_knowledge::retrieve::{Embedder, relevant_excerpts};
 use unigen_tests::{TestApp, TestOptions, json_of};
 use uuid::Uuid;
 

@@ -9,8 +9,7 @@ use std::time::Duration;
 use diesel_async::AsyncConnection;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use unigen_db::DbError;
-use unigen_db::queries;
+use unigen_db::{DbError, queries};
 use unigen_tests::{TestApp, TestOptions, json_of};
 use uuid::Uuid;
 

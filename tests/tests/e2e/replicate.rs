@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use unigen_core::config::ModelEntry;
-use unigen_core::config::UpstreamSettings;
+use unigen_core::config::{ModelEntry, UpstreamSettings};
 use unigen_tests::{TestApp, TestOptions, json_of};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

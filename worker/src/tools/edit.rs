@@ -7,9 +7,7 @@ use unigen_core::params::edit::EditParams;
 use unigen_core::params::image::parse_size;
 use unigen_db::models::Job;
 use unigen_render::edit;
-use unigen_render::edit::Direction;
-use unigen_render::edit::EditOperation;
-use unigen_render::edit::EditSpec;
+use unigen_render::edit::{Direction, EditOperation, EditSpec};
 
 use super::{blocking, input, params_of, required_input, store_output};
 use crate::WorkerContext;

@@ -16,8 +16,7 @@ use tokio_util::sync::CancellationToken;
 use unigen_core::ProviderError;
 use unigen_core::params::StoredInputs;
 use unigen_db::models::Job;
-use unigen_providers::replicate::ReplicateClient;
-use unigen_providers::replicate::first_output_url;
+use unigen_providers::replicate::{ReplicateClient, first_output_url};
 
 use crate::WorkerContext;
 use crate::error::ToolError;

@@ -6,8 +6,7 @@ use unigen_core::audio::AudioFormat;
 use unigen_core::params::music::MusicParams;
 use unigen_db::models::Job;
 use unigen_render::music;
-use unigen_render::music::MusicSpec;
-use unigen_render::music::SAMPLE_RATE;
+use unigen_render::music::{MusicSpec, SAMPLE_RATE};
 
 use super::{input, params_of, store_output};
 use crate::WorkerContext;

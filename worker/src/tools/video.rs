@@ -5,8 +5,7 @@ use unigen_core::ProviderError;
 use unigen_core::params::video::VideoParams;
 use unigen_db::models::Job;
 use unigen_render::video;
-use unigen_render::video::VideoMode;
-use unigen_render::video::VideoSpec;
+use unigen_render::video::{VideoMode, VideoSpec};
 
 use super::{input, params_of, store_output};
 use crate::WorkerContext;

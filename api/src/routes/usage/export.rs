@@ -4,8 +4,7 @@
 
 use diesel_async::AsyncPgConnection;
 use unigen_db::queries::usage;
-use unigen_db::queries::usage::LocalRecord;
-use unigen_db::queries::usage::UsageFilter;
+use unigen_db::queries::usage::{LocalRecord, UsageFilter};
 
 use super::view::local_time;
 use crate::error::ApiError;

@@ -6,12 +6,9 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, FixedOffset, Offset, SecondsFormat, Utc};
 use serde::Serialize;
 use unigen_db::billing::usd;
-use unigen_db::queries::usage::CurrentPeriod;
-use unigen_db::queries::usage::LocalRecord;
-use unigen_db::queries::usage::SeriesPoint;
-use unigen_db::queries::usage::TimeUnit;
-use unigen_db::queries::usage::Totals;
-use unigen_db::queries::usage::UsageReport;
+use unigen_db::queries::usage::{
+    CurrentPeriod, LocalRecord, SeriesPoint, TimeUnit, Totals, UsageReport,
+};
 
 /// `at` on the wall clock `offset_seconds` east of UTC (`Z` for UTC itself).
 pub fn local_time(at: DateTime<Utc>, offset_seconds: i32) -> String {

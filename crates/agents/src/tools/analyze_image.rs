@@ -17,15 +17,10 @@ use super::args::Args;
 use super::kit::{Done, Failure, ToolDeps, ToolScope, blocking, provider_failure};
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
-use unigen_core::fetch::Media;
-use unigen_core::fetch::MediaKind;
-use unigen_core::fetch::sniff;
+use unigen_core::fetch::{Media, MediaKind, sniff};
 use unigen_db::billing::chat_credits;
-use unigen_providers::chat::ChatMessage;
-use unigen_providers::chat::MessageContent;
-use unigen_providers::chat::count_tokens;
-use unigen_providers::llm::ToolCall;
-use unigen_providers::llm::TurnRequest;
+use unigen_providers::chat::{ChatMessage, MessageContent, count_tokens};
+use unigen_providers::llm::{ToolCall, TurnRequest};
 
 pub(super) const MAX_QUESTION_CHARS: usize = 2_000;
 const DEFAULT_QUESTION: &str = "Describe this image.";

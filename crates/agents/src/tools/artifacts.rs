@@ -6,13 +6,10 @@ use chrono::Utc;
 use serde_json::{Value, json};
 
 use super::kit::{Done, Failure, ToolDeps, ToolScope, blocking};
-use unigen_artifacts::ArtifactError;
-use unigen_artifacts::DocumentFormat;
-use unigen_artifacts::Rendered;
-use unigen_artifacts::parse_chart_spec;
-use unigen_artifacts::parse_document_spec;
-use unigen_artifacts::render_chart;
-use unigen_artifacts::render_document;
+use unigen_artifacts::{
+    ArtifactError, DocumentFormat, Rendered, parse_chart_spec, parse_document_spec, render_chart,
+    render_document,
+};
 
 /// Longest file name stem taken from a document's title.
 const MAX_STEM_CHARS: usize = 60;

@@ -15,22 +15,14 @@ use uuid::Uuid;
 
 use super::args::Args;
 use super::kit::{Done, Failure, ToolDeps, ToolScope};
-use unigen_core::domain::JobStatus;
-use unigen_core::domain::ModelCategory;
-use unigen_core::domain::Tool;
+use unigen_core::domain::{JobStatus, ModelCategory, Tool};
 use unigen_core::params::image::ImageGenerationRequest;
-use unigen_core::storage::UrlSigner;
-use unigen_core::storage::present_files;
-use unigen_db::DbError;
-use unigen_db::billing::Bucket;
-use unigen_db::billing::Estimate;
-use unigen_db::billing::to_milli;
+use unigen_core::storage::{UrlSigner, present_files};
+use unigen_db::billing::{Bucket, Estimate, to_milli};
 use unigen_db::models::Job;
-use unigen_db::queries;
 use unigen_db::queries::jobs::CancelOutcome;
-use unigen_jobs::NewJobRequest;
-use unigen_jobs::SubmitError;
-use unigen_jobs::cancel;
+use unigen_db::{DbError, queries};
+use unigen_jobs::{NewJobRequest, SubmitError, cancel};
 
 /// Seeds stay below 2^53 so JavaScript clients read them exactly.
 pub(super) const MAX_SEED: i64 = (1 << 53) - 1;

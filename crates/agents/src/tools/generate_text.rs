@@ -6,10 +6,8 @@ use serde_json::json;
 use super::args::Args;
 use super::kit::{Done, Failure, ToolDeps, ToolScope, provider_failure, text_message};
 use unigen_db::billing::chat_credits;
-use unigen_providers::chat::ChatMessage;
-use unigen_providers::chat::count_prompt_tokens;
-use unigen_providers::llm::ToolCall;
-use unigen_providers::llm::TurnRequest;
+use unigen_providers::chat::{ChatMessage, count_prompt_tokens};
+use unigen_providers::llm::{ToolCall, TurnRequest};
 
 pub(super) const MAX_PROMPT_CHARS: usize = 50_000;
 pub(super) const MAX_SYSTEM_CHARS: usize = crate::MAX_SYSTEM_PROMPT_CHARS;

@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use unigen_core::ProviderError;
-use unigen_core::ValidationError;
 use unigen_core::config::ModelEntry;
+use unigen_core::{ProviderError, ValidationError};
 use unigen_providers::chat::{ChatMessage, MessageContent};
 use uuid::Uuid;
 

@@ -8,8 +8,7 @@ use super::analyze_image::MAX_QUESTION_CHARS;
 use super::generate_text::{MAX_PROMPT_CHARS, MAX_SYSTEM_CHARS};
 use super::web::{MAX_QUERY_CHARS, MAX_SEARCH_RESULTS, MAX_URL_CHARS};
 use unigen_core::params::image::MAX_PROMPT_CHARS as MAX_IMAGE_PROMPT_CHARS;
-use unigen_core::params::image::SIZES;
-use unigen_core::params::image::STYLES;
+use unigen_core::params::image::{SIZES, STYLES};
 use unigen_providers::llm::ToolSpec;
 
 /// The specs of the `enabled` tool ids, in that order; unknown ids are

@@ -16,20 +16,14 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::kit::text_message;
 use super::*;
-use unigen_core::config::FetchSettings;
-use unigen_core::config::ModelEntry;
-use unigen_core::config::Settings;
+use unigen_core::config::{FetchSettings, ModelEntry, Settings};
 use unigen_core::fetch::Fetcher;
-use unigen_core::storage::FileStore;
-use unigen_core::storage::LocalDiskStore;
-use unigen_core::storage::UrlSigner;
+use unigen_core::storage::{FileStore, LocalDiskStore, UrlSigner};
 use unigen_db::notify::ListenerHub;
-use unigen_jobs::queue::Publisher;
-use unigen_jobs::queue::Topology;
+use unigen_jobs::queue::{Publisher, Topology};
 use unigen_providers::Catalogue;
 use unigen_providers::llm::ChatModels;
-use unigen_providers::search::SearchClient;
-use unigen_providers::search::SearchSettings;
+use unigen_providers::search::{SearchClient, SearchSettings};
 
 const PUBLIC_BASE_URL: &str = "https://api.unigen.test/v1";
 

@@ -11,12 +11,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::models::AgentRun;
-use crate::models::AgentRunStep;
-use crate::models::NewAgentRun;
-use crate::schema::agent_run_steps;
-use crate::schema::agent_runs;
-use crate::schema::agents;
+use crate::models::{AgentRun, AgentRunStep, NewAgentRun};
+use crate::schema::{agent_run_steps, agent_runs, agents};
 
 /// Runs left `running` this long past their limit were abandoned by a
 /// stopped API process.

@@ -7,16 +7,11 @@ use diesel::sql_types::{Integer, Text, Uuid as SqlUuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
-use unigen_core::domain::AgentLimits;
+use unigen_core::domain::{AgentLimits, PlanRefusal};
 
 use crate::DbError;
-use crate::models::Agent;
-use crate::models::AgentUpdate;
-use crate::models::NewAgent;
-use crate::schema::agent_runs;
-use crate::schema::agents;
-use crate::schema::knowledge_files;
-use unigen_core::domain::PlanRefusal;
+use crate::models::{Agent, AgentUpdate, NewAgent};
+use crate::schema::{agent_runs, agents, knowledge_files};
 
 #[derive(QueryableByName)]
 struct LimitsRow {

@@ -16,35 +16,15 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::billing::AccountSnapshot;
+use crate::billing::{
+    AccountSnapshot, Bucket, BucketReport, CREDITS, Charge, Estimate, Refusal, Settled,
+};
 
-use crate::billing::Bucket;
-
-use crate::billing::BucketReport;
-
-use crate::billing::CREDITS;
-
-use crate::billing::Charge;
-
-use crate::billing::Estimate;
-
-use crate::billing::Refusal;
-
-use crate::DbError;
-use crate::billing::Settled;
-use crate::events;
-use crate::models::BillingAccount;
-use crate::models::CreditTransaction;
-use crate::models::Plan;
-use crate::models::QuotaUsage;
-use crate::models::UsageRecord;
-use crate::queries;
-use crate::schema::billing_accounts;
-use crate::schema::credit_transactions;
-use crate::schema::organizations;
-use crate::schema::plans;
-use crate::schema::quota_usage;
-use crate::schema::reservations;
+use crate::models::{BillingAccount, CreditTransaction, Plan, QuotaUsage, UsageRecord};
+use crate::schema::{
+    billing_accounts, credit_transactions, organizations, plans, quota_usage, reservations,
+};
+use crate::{DbError, events, queries};
 
 /// The calendar month (UTC) that contains `at`: billing periods are months.
 pub fn period_containing(at: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {

@@ -11,11 +11,9 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::models::Job;
-use crate::models::NewJob;
+use crate::models::{Job, NewJob};
 use crate::schema::jobs;
-use unigen_core::domain::JobStatus;
-use unigen_core::domain::Tool;
+use unigen_core::domain::{JobStatus, Tool};
 
 const ACTIVE: [&str; 2] = ["pending", "processing"];
 

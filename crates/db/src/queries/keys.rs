@@ -6,12 +6,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::models::ApiKey;
-use crate::models::KeyAuthRow;
-use crate::models::NewApiKey;
-use crate::schema::api_keys;
-use crate::schema::organizations;
-use crate::schema::plans;
+use crate::models::{ApiKey, KeyAuthRow, NewApiKey};
+use crate::schema::{api_keys, organizations, plans};
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result<ApiKey, DbError> {
     Ok(diesel::insert_into(api_keys::table)

@@ -12,12 +12,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::models::KnowledgeFile;
-use crate::models::NewKnowledgeChunk;
-use crate::models::NewKnowledgeFile;
-use crate::schema::agents;
-use crate::schema::knowledge_chunks;
-use crate::schema::knowledge_files;
+use crate::models::{KnowledgeFile, NewKnowledgeChunk, NewKnowledgeFile};
+use crate::schema::{agents, knowledge_chunks, knowledge_files};
 
 use unigen_core::domain::{self as upload, UploadRefusal};
 

@@ -5,11 +5,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::models::NewOrganization;
-use crate::models::Organization;
-use crate::models::Plan;
-use crate::schema::organizations;
-use crate::schema::plans;
+use crate::models::{NewOrganization, Organization, Plan};
+use crate::schema::{organizations, plans};
 
 pub async fn create(
     conn: &mut AsyncPgConnection,

@@ -12,16 +12,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::models::Event;
-use crate::models::NewWebhook;
-use crate::models::Webhook;
-use crate::models::WebhookAttempt;
-use crate::models::WebhookDelivery;
-use crate::models::WebhookUpdate;
-use crate::schema::events;
-use crate::schema::webhook_attempts;
-use crate::schema::webhook_deliveries;
-use crate::schema::webhooks;
+use crate::models::{Event, NewWebhook, Webhook, WebhookAttempt, WebhookDelivery, WebhookUpdate};
+use crate::schema::{events, webhook_attempts, webhook_deliveries, webhooks};
 use unigen_core::config::WebhookSettings;
 
 /// Why a webhook could not be created.

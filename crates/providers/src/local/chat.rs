@@ -33,18 +33,9 @@
 
 use serde_json::Value;
 
-use crate::chat::ChatMessage;
+use crate::chat::{ChatMessage, ChatParams, count_prompt_tokens, count_tokens, token_pieces};
 
-use crate::chat::ChatParams;
-
-use crate::chat::count_prompt_tokens;
-
-use crate::chat::count_tokens;
-
-use crate::chat::token_pieces;
-use crate::turn::ToolCall;
-use crate::turn::Turn;
-use crate::turn::parse_arguments;
+use crate::turn::{ToolCall, Turn, parse_arguments};
 
 /// A finished completion.
 #[derive(Debug, Clone, PartialEq)]
