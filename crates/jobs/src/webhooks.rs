@@ -276,12 +276,19 @@ impl DeliveryClient {
 
     async fn send(&self, request: &SignedRequest<'_>) -> Result<u16, String> {
         let url = reqwest::Url::parse(request.url).map_err(|_| "invalid URL".to_owned())?;
-        let private = is_private_target(&url);
-        if private && !self.allow_private {
+        // Address literals are refused here; names by the resolver, which
+        // sees every address they resolve to.
+        let literal_private = match url.host() {
+            Some(url::Host::Ipv4(ip)) => !is_public(IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => !is_public(IpAddr::V6(ip)),
+            Some(url::Host::Domain(_)) => false,
+            None => true,
+        };
+        if literal_private && !self.allow_private {
             return Err("the URL points to a private or loopback address".into());
         }
         // Checked again here: a webhook stored before the rule tightened.
-        if url.scheme() != "https" && !private {
+        if url.scheme() != "https" && !is_private_target(&url) {
             return Err("a public webhook URL must use https".into());
         }
         let body = envelope(request.event);
