@@ -357,7 +357,8 @@ $$;
 -- that admits requests from a local block instead of one statement each.
 -- Same cell rate algorithm as unigen_take_rate_token (a burst of the plan's
 -- per-minute rate, then one token per interval). granted = 0: refused,
--- tat tells when the next token is due.
+-- tat tells when the next token is due; granted >= 1: tat is the new
+-- theoretical arrival time (what is left, and when the burst is whole again).
 CREATE OR REPLACE FUNCTION unigen_take_rate_tokens(
     key uuid, interval_us bigint, wanted integer,
     OUT granted integer, OUT tat timestamptz)
@@ -373,9 +374,9 @@ BEGIN
     granted := least(wanted::bigint,
         floor(extract(epoch FROM (now_ts + interval '60 seconds' - base)) * 1e6 / interval_us))::integer;
     IF granted >= 1 THEN
-        UPDATE rate_limits r SET tat = base + make_interval(secs => granted * interval_us / 1e6)
+        tat := base + make_interval(secs => granted * interval_us / 1e6);
+        UPDATE rate_limits r SET tat = unigen_take_rate_tokens.tat
          WHERE r.api_key_id = key;
-        tat := NULL;
     ELSE
         granted := 0;
     END IF;

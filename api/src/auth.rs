@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::charge_slot::ChargeSlot;
 use crate::error::ApiError;
+use crate::rate_limit::Admission;
 use crate::state::AppState;
 
 /// The caller, authenticated by `Authorization: Bearer sk_...`.
@@ -67,6 +68,8 @@ impl FromRequest for Caller {
             .get::<ChargeSlot>()
             .cloned()
             .unwrap_or_default();
+        // The rate status goes on the request, for the response's headers.
+        let request = req.clone();
         Box::pin(async move {
             let state =
                 state.ok_or_else(|| ApiError::internal(anyhow::anyhow!("state missing")))?;
@@ -98,15 +101,21 @@ impl FromRequest for Caller {
             // Unknown names (a scope removed in a later version) grant nothing.
             let scopes = row.scopes.iter().filter_map(|s| s.parse().ok()).collect();
             // Every authenticated request counts against the key's rate.
-            if let Some(wait) = state
+            let admission = state
                 .rate
                 .admit(&state.pool, row.key_id, row.rate_limit_per_minute)
-                .await?
-            {
-                return Err(ApiError::RateLimited {
-                    message: "Too many requests: the plan's rate limit was reached",
-                    retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
-                });
+                .await?;
+            match admission {
+                Admission::Admitted(status) => {
+                    request.extensions_mut().insert(status);
+                }
+                Admission::Refused { wait, status } => {
+                    request.extensions_mut().insert(status);
+                    return Err(ApiError::RateLimited {
+                        message: "Too many requests: the plan's rate limit was reached",
+                        retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
+                    });
+                }
             }
             Ok(Caller {
                 key_id: row.key_id,

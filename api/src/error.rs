@@ -26,6 +26,17 @@ pub enum ApiError {
     Validation(#[from] ValidationError),
     #[error("{0}")]
     BadRequest(String),
+    /// A body field of the wrong JSON type; `param` is its path (`n`,
+    /// `messages[0].content`).
+    #[error("{message}")]
+    InvalidField { param: String, message: String },
+    /// A known path asked with another method (405, `Allow` lists the methods).
+    #[error("{method} is not allowed on {path}; allowed: {allow}")]
+    MethodNotAllowed {
+        method: String,
+        path: String,
+        allow: String,
+    },
     #[error("{0}")]
     NotFound(String),
     /// A job in a terminal state cannot be cancelled.
@@ -75,7 +86,7 @@ impl ApiError {
             ApiError::MissingScope(_) | ApiError::OrgSuspended => {
                 (StatusCode::FORBIDDEN, "permission_error", "forbidden")
             }
-            ApiError::Validation(_) | ApiError::BadRequest(_) => (
+            ApiError::Validation(_) | ApiError::BadRequest(_) | ApiError::InvalidField { .. } => (
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "invalid_request",
@@ -86,6 +97,11 @@ impl ApiError {
                 "job_finished",
             ),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found_error", "not_found"),
+            ApiError::MethodNotAllowed { .. } => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+            ),
             ApiError::JobCancelled => (
                 StatusCode::CONFLICT,
                 "invalid_request_error",
@@ -165,7 +181,7 @@ pub struct ErrorDetail {
     pub code: &'static str,
     /// The request field at fault, for validation errors.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
     /// What the exhausted bucket has left, for quota errors (402).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining: Option<f64>,
@@ -183,7 +199,8 @@ impl ResponseError for ApiError {
             tracing::error!(error = format!("{err:#}"), "request failed");
         }
         let param = match self {
-            ApiError::Validation(v) => Some(v.field),
+            ApiError::Validation(v) => Some(v.field.to_owned()),
+            ApiError::InvalidField { param, .. } => Some(param.clone()),
             _ => None,
         };
         let remaining = match self {
@@ -197,6 +214,9 @@ impl ResponseError for ApiError {
         } = self
         {
             response.insert_header(("Retry-After", retry_after_seconds.to_string()));
+        }
+        if let ApiError::MethodNotAllowed { allow, .. } = self {
+            response.insert_header(("Allow", allow.as_str()));
         }
         response.json(ErrorBody {
             error: ErrorDetail {

@@ -7,10 +7,12 @@ pub mod cli;
 mod error;
 mod job_reads;
 mod key_cache;
+mod known_paths;
 mod metering;
 mod metrics;
 mod openapi;
 mod rate_limit;
+mod response_headers;
 mod routes;
 mod state;
 mod views;
@@ -36,6 +38,7 @@ use unigen_jobs::queue::{Publisher, Topology};
 use unigen_knowledge::retrieve::Embedder;
 use unigen_providers::Catalogue;
 use unigen_providers::completion::ChatService;
+use unigen_providers::embedding::EmbeddingService;
 use unigen_providers::llm::ChatModels;
 use utoipa_swagger_ui::SwaggerUi;
 
@@ -169,8 +172,8 @@ pub async fn spawn(
         legacy_models: Arc::new(settings.legacy_models.clone()),
         store,
         fetcher,
-        chat: ChatService::new(catalogue.clone(), upstreams, local.clone(), search),
-        local,
+        chat: ChatService::new(catalogue.clone(), upstreams.clone(), local.clone(), search),
+        embeddings: EmbeddingService::new(upstreams, local),
         signer,
         metrics,
         limits: Limits::from_settings(&settings),
@@ -179,6 +182,7 @@ pub async fn spawn(
         runs,
     };
     let openapi = openapi::document();
+    let known_paths = Arc::new(known_paths::KnownPaths::from_openapi(&openapi));
     let max_body = settings.http.max_body_bytes;
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
@@ -191,6 +195,9 @@ pub async fn spawn(
                     }),
             )
             .wrap(http_metrics.clone())
+            .wrap(actix_web::middleware::from_fn(
+                response_headers::response_headers,
+            ))
             .app_data(data.clone())
             .app_data(web::PayloadConfig::new(max_body))
             .app_data(web::QueryConfig::default().error_handler(|err, _| {
@@ -213,10 +220,12 @@ pub async fn spawn(
                         .finish()
                 }),
             )
-            .default_service(web::to(|| async {
-                actix_web::ResponseError::error_response(&ApiError::NotFound(
-                    "no such route".into(),
-                ))
+            .default_service(web::to({
+                let known_paths = known_paths.clone();
+                move |request: actix_web::HttpRequest| {
+                    let known_paths = known_paths.clone();
+                    async move { unmatched(&request, &known_paths) }
+                }
             }))
     })
     .workers(settings.http.workers.max(1))
@@ -271,6 +280,23 @@ pub async fn spawn(
         result
     });
     Ok(RunningApi { addr, task })
+}
+
+/// A request no route took: a known path asked with another method is a
+/// 405 naming the methods it takes; anything else is a 404.
+fn unmatched(
+    request: &actix_web::HttpRequest,
+    known_paths: &known_paths::KnownPaths,
+) -> HttpResponse {
+    let error = match known_paths.allowed(request.path()) {
+        Some(allow) => ApiError::MethodNotAllowed {
+            method: request.method().to_string(),
+            path: request.path().to_owned(),
+            allow: allow.to_owned(),
+        },
+        None => ApiError::NotFound("no such route".into()),
+    };
+    actix_web::ResponseError::error_response(&error)
 }
 
 /// Runs the API until `shutdown`.

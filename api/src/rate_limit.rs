@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use unigen_db::queries::limits;
 
-use unigen_db::queries::limits::RateGrant;
+use unigen_db::queries::limits::{RateGrant, RateState};
 use unigen_db::{DbError, PgPool};
 use uuid::Uuid;
 
@@ -28,6 +28,32 @@ struct Block {
     left: u32,
     expires: Instant,
     per_minute: i32,
+    /// The key's state when the block was taken.
+    state: Option<RateState>,
+}
+
+/// Where a key stands after a request was admitted or refused: OpenAI's
+/// `x-ratelimit-*-requests` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateStatus {
+    /// Requests per minute.
+    pub limit: u32,
+    /// Requests the key may still make at once (tokens this process holds
+    /// in its block included).
+    pub remaining: u32,
+    /// Until the whole burst is available again.
+    pub reset: Duration,
+}
+
+/// What [`RateLimiter::admit`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Admitted(RateStatus),
+    /// Refused: retry after `wait`.
+    Refused {
+        wait: Duration,
+        status: RateStatus,
+    },
 }
 
 #[derive(Default)]
@@ -41,28 +67,41 @@ fn block_size(per_minute: i32) -> u32 {
 }
 
 impl RateLimiter {
-    /// `Ok(None)`: admitted; `Ok(Some(wait))`: refused, retry after `wait`.
     pub async fn admit(
         &self,
         pool: &PgPool,
         key_id: Uuid,
         per_minute: i32,
-    ) -> Result<Option<Duration>, DbError> {
-        if self.take_local(key_id, per_minute) {
-            return Ok(None);
+    ) -> Result<Admission, DbError> {
+        let limit = per_minute.max(0) as u32;
+        if let Some(status) = self.take_local(key_id, per_minute) {
+            return Ok(Admission::Admitted(status));
         }
         let wanted = block_size(per_minute);
         let mut conn = pool.get().await?;
         match limits::take_rate_tokens(&mut conn, key_id, per_minute, wanted).await? {
-            RateGrant::Granted(granted) => {
-                self.keep(key_id, per_minute, granted - 1);
-                Ok(None)
+            RateGrant::Granted(granted, state) => {
+                let spare = granted - 1;
+                self.keep(key_id, per_minute, spare, state);
+                let now = chrono::Utc::now();
+                Ok(Admission::Admitted(RateStatus {
+                    limit,
+                    remaining: state.remaining(now).saturating_add(spare).min(limit),
+                    reset: state.until_full(now),
+                }))
             }
-            RateGrant::Refused(wait) => Ok(Some(wait)),
+            RateGrant::Refused(wait) => Ok(Admission::Refused {
+                wait,
+                status: RateStatus {
+                    limit,
+                    remaining: 0,
+                    reset: wait,
+                },
+            }),
         }
     }
 
-    fn take_local(&self, key_id: Uuid, per_minute: i32) -> bool {
+    fn take_local(&self, key_id: Uuid, per_minute: i32) -> Option<RateStatus> {
         let mut blocks = self.blocks.lock().expect("rate blocks lock");
         match blocks.get_mut(&key_id) {
             // A plan change makes the old block worthless: drop it.
@@ -72,13 +111,25 @@ impl RateLimiter {
                     && block.expires > Instant::now() =>
             {
                 block.left -= 1;
-                true
+                let limit = per_minute.max(0) as u32;
+                let now = chrono::Utc::now();
+                let (remaining, reset) = block.state.map_or((block.left, Duration::ZERO), |s| {
+                    (
+                        s.remaining(now).saturating_add(block.left),
+                        s.until_full(now),
+                    )
+                });
+                Some(RateStatus {
+                    limit,
+                    remaining: remaining.min(limit),
+                    reset,
+                })
             }
-            _ => false,
+            _ => None,
         }
     }
 
-    fn keep(&self, key_id: Uuid, per_minute: i32, spare: u32) {
+    fn keep(&self, key_id: Uuid, per_minute: i32, spare: u32, state: RateState) {
         if spare == 0 {
             return;
         }
@@ -93,6 +144,7 @@ impl RateLimiter {
             left: 0,
             expires: now,
             per_minute,
+            state: None,
         });
         if block.per_minute != per_minute || block.expires <= now {
             block.left = 0;
@@ -100,6 +152,7 @@ impl RateLimiter {
         }
         block.left += spare;
         block.expires = now + BLOCK_LIFETIME;
+        block.state = Some(state);
     }
 }
 
@@ -120,21 +173,22 @@ mod tests {
     fn a_block_admits_exactly_its_tokens_for_its_plan_until_it_expires() {
         let limiter = RateLimiter::default();
         let key = Uuid::now_v7();
-        assert!(!limiter.take_local(key, 6_000));
-        limiter.keep(key, 60, 3);
+        let state = RateState::new(chrono::Utc::now(), 6_000);
+        assert!(limiter.take_local(key, 6_000).is_none());
+        limiter.keep(key, 60, 3, state);
         assert!(
-            !limiter.take_local(key, 6_000),
+            limiter.take_local(key, 6_000).is_none(),
             "another plan's block is not used"
         );
-        limiter.keep(key, 6_000, 3);
-        limiter.keep(key, 6_000, 2);
+        limiter.keep(key, 6_000, 3, state);
+        limiter.keep(key, 6_000, 2, state);
         assert!(
-            (0..5).all(|_| limiter.take_local(key, 6_000)),
+            (0..5).all(|_| limiter.take_local(key, 6_000).is_some()),
             "blocks taken concurrently add up"
         );
-        assert!(!limiter.take_local(key, 6_000));
+        assert!(limiter.take_local(key, 6_000).is_none());
 
-        limiter.keep(key, 6_000, 5);
+        limiter.keep(key, 6_000, 5, state);
         limiter
             .blocks
             .lock()
@@ -143,8 +197,21 @@ mod tests {
             .unwrap()
             .expires = Instant::now();
         assert!(
-            !limiter.take_local(key, 6_000),
+            limiter.take_local(key, 6_000).is_none(),
             "expired tokens are dropped"
         );
+    }
+
+    #[test]
+    fn the_status_counts_what_the_database_has_left_and_the_block_holds() {
+        let limiter = RateLimiter::default();
+        let key = Uuid::now_v7();
+        // Half a minute of the burst is spent: 3,000 of 6,000 left there.
+        let half_spent = RateState::new(chrono::Utc::now() + chrono::Duration::seconds(30), 6_000);
+        limiter.keep(key, 6_000, 10, half_spent);
+        let status = limiter.take_local(key, 6_000).unwrap();
+        assert_eq!(status.limit, 6_000);
+        assert!((3_000..=3_009).contains(&status.remaining), "{status:?}");
+        assert!(status.reset > Duration::from_secs(29) && status.reset <= Duration::from_secs(30));
     }
 }

@@ -35,10 +35,9 @@ pub struct AppState {
     pub legacy_models: Arc<std::collections::BTreeMap<String, String>>,
     pub store: Arc<dyn FileStore>,
     pub fetcher: Fetcher,
-    /// The built-in provider (chat and embedding test models run in the API).
-    pub local: unigen_providers::local::LocalProvider,
     /// Chat completions: validation, search grounding, upstreams with fallbacks.
     pub chat: unigen_providers::completion::ChatService,
+    pub embeddings: unigen_providers::embedding::EmbeddingService,
     pub signer: UrlSigner,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
@@ -56,6 +55,8 @@ pub struct Limits {
     pub sync_wait: Duration,
     pub long_poll: Duration,
     pub recheck: Duration,
+    /// `http.max_body_bytes`: bodies read by hand (multipart) keep to it too.
+    pub max_body: usize,
 }
 
 impl Limits {
@@ -64,6 +65,7 @@ impl Limits {
             sync_wait: Duration::from_secs(settings.jobs.sync_wait_seconds),
             long_poll: Duration::from_secs(settings.jobs.long_poll_seconds),
             recheck: Duration::from_secs(settings.notify.recheck_seconds.max(1)),
+            max_body: settings.http.max_body_bytes,
         }
     }
 }

@@ -131,7 +131,12 @@ impl From<&Job> for AsyncJobCreated {
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ImageData {
-    pub url: String,
+    /// Signed URL of the image (`response_format` `url`, the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The image itself, base64 (`response_format` `b64_json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b64_json: Option<String>,
     pub revised_prompt: String,
     pub width: u32,
     pub height: u32,
@@ -163,7 +168,8 @@ impl ImageGenerationResponse {
             .iter()
             .map(|image| {
                 Some(ImageData {
-                    url: image["url"].as_str()?.to_owned(),
+                    url: Some(image["url"].as_str()?.to_owned()),
+                    b64_json: None,
                     revised_prompt: prompt.to_owned(),
                     width: u32::try_from(image["width"].as_u64()?).ok()?,
                     height: u32::try_from(image["height"].as_u64()?).ok()?,
@@ -177,6 +183,16 @@ impl ImageGenerationResponse {
             model_tier: job.model_tier.clone(),
             usage: job_usage(job),
         })
+    }
+
+    /// `response_format=b64_json`: each image carries its bytes instead of
+    /// its URL (`encoded` in the order of `data`).
+    pub fn with_base64(mut self, encoded: Vec<String>) -> Self {
+        for (image, b64) in self.data.iter_mut().zip(encoded) {
+            image.url = None;
+            image.b64_json = Some(b64);
+        }
+        self
     }
 }
 
@@ -292,5 +308,11 @@ mod tests {
             ),
             (512, "a cat")
         );
+        let json = serde_json::to_value(&response).unwrap();
+        assert!(json["data"][0]["url"].is_string() && json["data"][0].get("b64_json").is_none());
+        let json = serde_json::to_value(response.with_base64(vec!["iVBORw0K".into()])).unwrap();
+        assert_eq!(json["data"][0]["b64_json"], "iVBORw0K");
+        assert!(json["data"][0].get("url").is_none(), "{json}");
+        assert_eq!(json["data"][0]["width"], 512);
     }
 }

@@ -626,5 +626,8 @@ pub fn fake_chat_model(
         upstream: Some(upstream.into()),
         upstream_model: Some("gpt-upstream".into()),
         fallback_upstreams: fallbacks,
+        aliases: Vec::new(),
+        developer_as_system: false,
+        description: None,
     }
 }

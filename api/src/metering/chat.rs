@@ -46,12 +46,20 @@ pub async fn reserve_tokens(
     prompt_tokens: u32,
 ) -> Result<ChatMeter, ApiError> {
     let multiplier = Bucket::ChatTokens.multiplier(model.tier);
-    let estimate = |completion: u32| Estimate {
-        credits: chat_credits(prompt_tokens, completion, model),
-        bucket: Some((
-            Bucket::ChatTokens,
-            to_milli(f64::from(prompt_tokens + completion), multiplier),
-        )),
+    // Every choice may say `max_tokens`.
+    let choices = params.n.max(1);
+    let estimate = |per_choice: u32| {
+        let completion = per_choice.saturating_mul(choices);
+        Estimate {
+            credits: chat_credits(prompt_tokens, completion, model),
+            bucket: Some((
+                Bucket::ChatTokens,
+                to_milli(
+                    f64::from(prompt_tokens.saturating_add(completion)),
+                    multiplier,
+                ),
+            )),
+        }
     };
     let first = SyncReservation::reserve(
         state,
@@ -65,11 +73,13 @@ pub async fn reserve_tokens(
         Err(ApiError::Quota(Refusal::Quota { bucket, remaining }))
             if !params.max_tokens_explicit && bucket == Bucket::ChatTokens.as_str() =>
         {
-            let fits = (remaining / multiplier).floor() as i64 - i64::from(prompt_tokens);
+            let fits = ((remaining / multiplier).floor() as i64 - i64::from(prompt_tokens))
+                / i64::from(choices);
             if fits < 1 {
                 return Err(ApiError::Quota(Refusal::Quota { bucket, remaining }));
             }
             params.max_tokens = fits as u32;
+            params.max_tokens_capped = true;
             SyncReservation::reserve(
                 state,
                 caller,

@@ -11,7 +11,7 @@ use unigen_core::config::ModelEntry;
 use unigen_core::domain::Scope;
 use unigen_db::billing::Settled;
 use unigen_providers::chat::ChatCompletionRequest;
-use unigen_providers::completion::{ChatService, PreparedChat};
+use unigen_providers::completion::{Answer, ChatService, PreparedChat};
 
 use super::chat_stream::{Frames, event_stream, pieces_stream, relay_stream};
 use crate::auth::Caller;
@@ -82,20 +82,9 @@ pub async fn create_chat_completion(
     let spent = usage(prompt, completion, settled.as_ref());
     if params.stream {
         let spent = params.include_usage.then_some(spent);
-        return Ok(pieces_stream(
-            &frames,
-            &answer.pieces,
-            &answer.finish_reason,
-            spent,
-        ));
+        return Ok(pieces_stream(&frames, &answer.deltas, spent));
     }
-    Ok(completion_response(
-        &frames,
-        &model,
-        answer.message,
-        &answer.finish_reason,
-        spent,
-    ))
+    Ok(completion_response(&frames, &model, answer, spent))
 }
 
 fn record_charge(caller: &Caller, settled: Option<&Settled>) {
@@ -106,20 +95,23 @@ fn record_charge(caller: &Caller, settled: Option<&Settled>) {
     }
 }
 
+/// The answer in OpenAI's shape: every choice and the upstream's other
+/// fields (`system_fingerprint`...) as given, our id, model and usage.
 fn completion_response(
     frames: &Frames,
     model: &ModelEntry,
-    message: Value,
-    finish_reason: &str,
+    answer: Answer,
     usage: Value,
 ) -> HttpResponse {
-    HttpResponse::Ok().json(json!({
-        "id": frames.id,
-        "object": "chat.completion",
-        "created": frames.created,
-        "model": model.id,
-        "model_tier": model.tier,
-        "choices": [{ "index": 0, "message": message, "finish_reason": finish_reason }],
-        "usage": usage,
-    }))
+    let mut body = answer.extra;
+    body.extend([
+        ("id".to_owned(), json!(frames.id)),
+        ("object".to_owned(), json!("chat.completion")),
+        ("created".to_owned(), json!(frames.created)),
+        ("model".to_owned(), json!(model.id)),
+        ("model_tier".to_owned(), json!(model.tier)),
+        ("choices".to_owned(), Value::Array(answer.choices)),
+        ("usage".to_owned(), usage),
+    ]);
+    HttpResponse::Ok().json(Value::Object(body))
 }

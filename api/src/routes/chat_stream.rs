@@ -6,6 +6,7 @@ use actix_web::web::Bytes;
 use futures_util::stream::{self, StreamExt};
 use serde_json::{Value, json};
 use unigen_providers::chat::{ChatParams, count_tokens};
+use unigen_providers::completion::said_in;
 use unigen_providers::openai::ChunkStream;
 
 use crate::metering::ConcurrencySlot;
@@ -19,10 +20,11 @@ pub struct Frames {
 }
 
 impl Frames {
-    pub fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+    /// A chunk of choice `index`.
+    pub fn chunk(&self, index: usize, delta: Value, finish: Option<&str>) -> Value {
         json!({
             "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+            "choices": [{ "index": index, "delta": delta, "logprobs": null, "finish_reason": finish }],
         })
     }
 
@@ -31,6 +33,26 @@ impl Frames {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
             "choices": [], "usage": usage,
         })
+    }
+
+    /// An upstream chunk as ours: its choices (deltas, tool calls,
+    /// logprobs) and other fields as given, our id, model and creation time.
+    /// `None` for a chunk without choices (the upstream's usage chunk).
+    pub fn relayed(&self, mut chunk: Value) -> Option<Value> {
+        let fields = chunk.as_object_mut()?;
+        fields.remove("usage");
+        if fields
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+        {
+            return None;
+        }
+        fields.insert("id".into(), json!(self.id));
+        fields.insert("object".into(), json!("chat.completion.chunk"));
+        fields.insert("created".into(), json!(self.created));
+        fields.insert("model".into(), json!(self.model));
+        Some(chunk)
     }
 }
 
@@ -48,21 +70,31 @@ pub fn event_stream(
         .streaming(body)
 }
 
-/// A whole answer as a stream: the role, each piece, the finish reason, the
-/// usage chunk (if asked) and `[DONE]`.
+/// A whole answer as a stream: per choice, the role, its deltas and its
+/// finish reason; then the usage chunk (if asked) and `[DONE]`.
 pub fn pieces_stream(
     frames: &Frames,
-    pieces: &[String],
-    finish_reason: &str,
+    choices: &[(Vec<Value>, String)],
     spent: Option<Value>,
 ) -> HttpResponse {
-    let mut events = vec![frames.chunk(json!({"role": "assistant", "content": ""}), None)];
-    events.extend(
-        pieces
-            .iter()
-            .map(|piece| frames.chunk(json!({"content": piece}), None)),
-    );
-    events.push(frames.chunk(json!({}), Some(finish_reason)));
+    let mut events = Vec::new();
+    for (index, (deltas, finish_reason)) in choices.iter().enumerate() {
+        let calls = deltas
+            .first()
+            .is_some_and(|d| d.get("tool_calls").is_some());
+        let role = if calls {
+            json!({"role": "assistant", "content": null})
+        } else {
+            json!({"role": "assistant", "content": ""})
+        };
+        events.push(frames.chunk(index, role, None));
+        events.extend(
+            deltas
+                .iter()
+                .map(|delta| frames.chunk(index, delta.clone(), None)),
+        );
+        events.push(frames.chunk(index, json!({}), Some(finish_reason)));
+    }
     if let Some(spent) = spent {
         events.push(frames.usage_chunk(spent));
     }
@@ -123,14 +155,12 @@ pub fn relay_stream(
                         let read = |k: &str| u[k].as_u64().unwrap_or(0) as u32;
                         relay.usage = Some((read("prompt_tokens"), read("completion_tokens")));
                     }
-                    let Some(choice) = chunk["choices"].get(0) else {
+                    for choice in chunk["choices"].as_array().into_iter().flatten() {
+                        relay.said.push_str(&said_in(&choice["delta"]));
+                    }
+                    let Some(event) = relay.frames.relayed(chunk) else {
                         continue;
                     };
-                    if let Some(text) = choice["delta"]["content"].as_str() {
-                        relay.said.push_str(text);
-                    }
-                    let finish = choice["finish_reason"].as_str();
-                    let event = relay.frames.chunk(choice["delta"].clone(), finish);
                     return Some((sse(&event), Some(relay)));
                 }
                 Some(Err(err)) => {

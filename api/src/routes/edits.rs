@@ -1,31 +1,86 @@
 use std::collections::HashMap;
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{HttpRequest, HttpResponse, post, web};
 use serde_json::json;
 use unigen_core::ValidationError;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::edit::{ImageEditRequest, MAX_INPUT_SIDE, MAX_OUTPUT_SIDE, output_size};
+use unigen_core::params::image::ResponseFormat;
 
-use super::generation::{self, Generation, image_dimensions, random_seed};
+use super::generation::{self, Generation, Uploads, image_dimensions, random_seed};
+use super::multipart::{self, Body, Form, FormSpec};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::routes::params::{json_body, query_bool};
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, job_usage};
 
+/// The parts of a multipart edit: OpenAI's, then the JSON body's other fields.
+const EDIT_FORM: FormSpec = FormSpec {
+    files: &["image", "mask"],
+    fields: &[
+        "prompt",
+        "model",
+        "n",
+        "size",
+        "response_format",
+        "operation",
+        "strength",
+        "direction",
+        "expand_pixels",
+        "new_background",
+        "scale",
+        "seed",
+        "model_inputs",
+    ],
+};
+
+/// `multipart/form-data` body of `POST /images/edits`, as the OpenAI SDKs
+/// send it. The JSON body's other fields (`operation`, `strength`,
+/// `direction`, `expand_pixels`, `new_background`, `scale`, `seed`,
+/// `model_inputs` as JSON text) are accepted as text fields too.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // the schema only: routes::multipart reads the form
+pub struct ImageEditForm {
+    /// The image (JPEG, PNG, WebP). Sent as `image[]` for several, only the
+    /// first is edited. A URL or data URI as text is loaded as in JSON.
+    #[schema(value_type = String, format = Binary)]
+    image: Vec<u8>,
+    /// OpenAI's convention: its transparent pixels are edited (a mask
+    /// without transparency: its white pixels). Same size as the image.
+    #[schema(value_type = Option<String>, format = Binary)]
+    mask: Option<Vec<u8>>,
+    prompt: Option<String>,
+    model: Option<String>,
+    /// Only 1.
+    #[schema(minimum = 1, maximum = 1)]
+    n: Option<u32>,
+    /// `512x512`, `1024x1024` or `auto`.
+    size: Option<String>,
+    /// `url` (default) or `b64_json`.
+    response_format: Option<String>,
+}
+
 /// Edit an image: inpainting, outpainting, background removal or replacement,
 /// object removal, super resolution, face enhancement, colorization, style
 /// transfer. Output is PNG for background removal (transparency), JPEG otherwise.
+/// The body is JSON (media as URLs or base64) or, as the OpenAI SDKs send
+/// it, `multipart/form-data` with the files. With `response_format`
+/// `b64_json`, `data[]` items carry the image (base64) instead of `url`.
 #[utoipa::path(
     tag = "images",
-    request_body = ImageEditRequest,
+    request_body(content(
+        (ImageEditRequest = "application/json"),
+        (ImageEditForm = "multipart/form-data"),
+    )),
     params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
     responses(
-        (status = 200, description = "`{created, data: [{url, width, height}], model, model_tier, usage}`", body = Object),
+        (status = 200, description = "`{created, data: [{url | b64_json, width, height}], model, model_tier, usage}`", body = Object),
         (status = 202, description = "Async job created, or the sync wait limit passed", body = AsyncJobCreated),
-        (status = 400, description = "image missing; invalid operation; mask missing for inpainting or objectRemoval; mask size differs", body = ErrorBody),
+        (status = 400, description = "image missing, not an image or too large; invalid operation; mask missing for inpainting or objectRemoval; mask size differs; invalid `response_format`; an unexpected file in a form", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "API key does not have required scope: image_edit", body = ErrorBody),
+        (status = 413, description = "The body is larger than the server's limit", body = ErrorBody),
         (status = 500, body = ErrorBody),
     ),
     security(("bearer" = ["image_edit"]))
@@ -35,18 +90,32 @@ pub async fn create_image_edit(
     state: web::Data<AppState>,
     caller: Caller,
     query: web::Query<HashMap<String, String>>,
-    body: web::Bytes,
+    http: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let body = multipart::read_body(&state, &http, payload, &EDIT_FORM).await?;
     caller.require(Scope::ImageEdit)?;
     let is_async = query_bool(&query, "async", false)?;
-    let request: ImageEditRequest = json_body(&body)?;
+    let (request, uploads, from_form) = match body {
+        Body::Json(bytes) => (
+            json_body::<ImageEditRequest>(&bytes)?,
+            Uploads::new(),
+            false,
+        ),
+        Body::Form(form) => {
+            let (request, uploads) = edit_request(form)?;
+            (request, uploads, true)
+        }
+    };
+    let response_format = ResponseFormat::parse(request.response_format.as_deref())?;
     let model = state.catalogue.resolve_capable(
         request.model.as_deref(),
         ModelCategory::Image,
         "image_edit",
     )?;
     let (mut params, media) = request.validate(random_seed())?;
-    let loaded = generation::fetch_inputs(&state, media).await?;
+    params.mask_from_alpha = from_form;
+    let loaded = generation::fetch_uploaded_inputs(&state, media, uploads).await?;
     let (width, height) = image_dimensions("image", &loaded[0].1)?;
     if width > MAX_INPUT_SIDE || height > MAX_INPUT_SIDE {
         return Err(ValidationError::new(
@@ -94,12 +163,21 @@ pub async fn create_image_edit(
         Err(response) => return Ok(*response),
     };
     let output = generation::presented_output(&state, &job)?;
-    let data: Vec<_> = output["images"]
+    let mut data: Vec<_> = output["images"]
         .as_array()
         .ok_or_else(|| generation::malformed(&job))?
         .iter()
         .map(|image| json!({ "url": image["url"], "width": image["width"], "height": image["height"] }))
         .collect();
+    if response_format == ResponseFormat::B64Json {
+        let encoded = generation::images_base64(&state, &job).await?;
+        for (item, b64) in data.iter_mut().zip(encoded) {
+            item["b64_json"] = json!(b64);
+            if let Some(item) = item.as_object_mut() {
+                item.remove("url");
+            }
+        }
+    }
     Ok(HttpResponse::Ok().json(json!({
         "created": job.created_at.timestamp(),
         "data": data,
@@ -107,4 +185,28 @@ pub async fn create_image_edit(
         "model_tier": job.model_tier,
         "usage": job_usage(&job),
     })))
+}
+
+/// The edit request a form carries; uploaded files go to the returned
+/// uploads, checked later exactly as fetched media are.
+fn edit_request(mut form: Form) -> Result<(ImageEditRequest, Uploads), ValidationError> {
+    let mut uploads = Uploads::new();
+    let request = ImageEditRequest {
+        image: form.take_source("image", &mut uploads),
+        mask: form.take_source("mask", &mut uploads),
+        operation: form.text("operation"),
+        prompt: form.text("prompt"),
+        model: form.text("model"),
+        size: form.text("size"),
+        n: form.number("n", "an integer")?,
+        response_format: form.text("response_format"),
+        strength: form.number("strength", "a number")?,
+        direction: form.text("direction"),
+        expand_pixels: form.number("expand_pixels", "an integer")?,
+        new_background: form.text("new_background"),
+        scale: form.number("scale", "an integer")?,
+        seed: form.number("seed", "a non-negative integer")?,
+        model_inputs: form.json("model_inputs")?,
+    };
+    Ok((request, uploads))
 }

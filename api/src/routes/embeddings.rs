@@ -5,8 +5,7 @@ use base64::Engine;
 use serde_json::json;
 use unigen_core::domain::ModelCategory;
 use unigen_db::billing::{Charge, Estimate};
-use unigen_providers::chat::{EmbeddingRequest, count_tokens};
-use unigen_providers::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
+use unigen_providers::chat::EmbeddingRequest;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -19,7 +18,7 @@ use crate::state::AppState;
     tag = "embeddings",
     request_body = EmbeddingRequest,
     responses(
-        (status = 200, description = "`{object: list, data: [{object: embedding, index, embedding}], model, usage: {prompt_tokens, total_tokens}}`", body = Object),
+        (status = 200, description = "`{object: list, data: [{object: embedding, index, embedding}], model, usage: {prompt_tokens, total_tokens}}`. `input`: a string, strings, token ids or lists of token ids; the model's adapter serves it", body = Object),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
     ),
@@ -35,28 +34,30 @@ pub async fn create_embeddings(
     let model = state
         .catalogue
         .resolve(request.model.as_deref(), ModelCategory::Embedding)?;
-    let (inputs, dimensions, as_base64) = request.validate()?;
-    let dimensions = dimensions.unwrap_or(DEFAULT_EMBEDDING_DIMENSIONS);
+    let params = request.validate()?;
     let _slot = ConcurrencySlot::acquire(&state, &caller).await?;
     // Embeddings cost credits per 1,000 input tokens; they use no bucket.
-    let tokens: u32 = inputs.iter().map(|text| count_tokens(text)).sum();
-    let credits = (i64::from(tokens) * model.credits_per_unit + 999) / 1000;
+    let credits_for = |tokens: u32| (i64::from(tokens) * model.credits_per_unit + 999) / 1000;
     let estimate = Estimate {
-        credits,
+        credits: credits_for(params.inputs.token_count()),
         bucket: None,
     };
     let reservation =
         SyncReservation::reserve(&state, &caller, "/v1/embeddings", &model.id, &estimate).await?;
-    if let Err(err) = state.local.simulate_conditions().await {
-        reservation.release().await;
-        return Err(ApiError::GenerationFailed(err.to_string()));
-    }
-    let data: Vec<_> = inputs
+    let embedded = match state.embeddings.embed(model, &params).await {
+        Ok(embedded) => embedded,
+        Err(err) => {
+            reservation.release().await;
+            return Err(ApiError::GenerationFailed(err.to_string()));
+        }
+    };
+    let tokens = embedded.prompt_tokens;
+    let data: Vec<_> = embedded
+        .vectors
         .iter()
         .enumerate()
-        .map(|(index, text)| {
-            let vector = embed(text, dimensions);
-            let embedding = if as_base64 {
+        .map(|(index, vector)| {
+            let embedding = if params.base64 {
                 let bytes: Vec<u8> = vector.iter().flat_map(|v| v.to_le_bytes()).collect();
                 json!(base64::engine::general_purpose::STANDARD.encode(bytes))
             } else {
@@ -65,13 +66,13 @@ pub async fn create_embeddings(
             json!({ "object": "embedding", "index": index, "embedding": embedding })
         })
         .collect();
+    // What the upstream counted (its tokenizer may differ from our estimate's).
     let charge = Charge {
-        credits,
+        credits: credits_for(tokens),
         bucket_milli: 0,
     };
-    let tokens_used = (i64::from(tokens), 0);
     let settled = reservation
-        .settle(&charge, 1.0, tokens_used, Vec::new())
+        .settle(&charge, 1.0, (i64::from(tokens), 0), Vec::new())
         .await?;
     let credits_used = settled.as_ref().map_or(0, |s| s.credits);
     if let Some(settled) = settled {

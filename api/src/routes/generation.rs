@@ -20,14 +20,39 @@ use crate::state::AppState;
 use crate::views::{AsyncJobCreated, JobView};
 use crate::wait;
 
+/// Files uploaded in a multipart body, by request field.
+pub type Uploads = Vec<(&'static str, Vec<u8>)>;
+
 /// Loads every media field (URL or base64) and checks its format. Nothing is
 /// stored yet, so a request rejected afterwards leaves nothing behind.
 pub async fn fetch_inputs(
     state: &AppState,
     refs: Vec<MediaRef>,
 ) -> Result<Vec<(&'static str, Media)>, ApiError> {
+    fetch_uploaded_inputs(state, refs, Uploads::new()).await
+}
+
+/// [`fetch_inputs`] where a field's file may have been uploaded: its bytes
+/// get the same checks (size cap, format) with the same messages.
+pub async fn fetch_uploaded_inputs(
+    state: &AppState,
+    refs: Vec<MediaRef>,
+    mut uploads: Uploads,
+) -> Result<Vec<(&'static str, Media)>, ApiError> {
     let mut loaded = Vec::with_capacity(refs.len());
     for media_ref in refs {
+        let uploaded = uploads
+            .iter()
+            .position(|(field, _)| *field == media_ref.field)
+            .map(|i| uploads.swap_remove(i).1);
+        if let Some(bytes) = uploaded {
+            let media = state
+                .fetcher
+                .accept(media_ref.field, bytes, media_ref.kind)
+                .map_err(|e| ApiError::Validation(ValidationError::new(e.field, e.to_string())))?;
+            loaded.push((media_ref.field, media));
+            continue;
+        }
         let media = match own_file(state, &media_ref).await? {
             Some(media) => media,
             None => state
@@ -86,6 +111,29 @@ pub async fn store_inputs(
         stored.insert(field.to_owned(), StoredInput { file: key });
     }
     Ok(stored)
+}
+
+/// The completed image job's files, each base64 (`response_format=b64_json`),
+/// in the order of its `images`.
+pub async fn images_base64(state: &AppState, job: &Job) -> Result<Vec<String>, ApiError> {
+    use base64::Engine;
+    let images = job
+        .output_data
+        .as_ref()
+        .and_then(|o| o["images"].as_array())
+        .ok_or_else(|| malformed(job))?;
+    let mut encoded = Vec::with_capacity(images.len());
+    for image in images {
+        let key = image["file"].as_str().ok_or_else(|| malformed(job))?;
+        let bytes = state
+            .store
+            .get(key)
+            .await
+            .map_err(ApiError::internal)?
+            .ok_or_else(|| malformed(job))?;
+        encoded.push(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    Ok(encoded)
 }
 
 /// Width and height of an image input, or a 400 naming the field.

@@ -3,7 +3,7 @@ use std::collections::HashMap;
 use actix_web::{HttpResponse, post, web};
 use chrono::Utc;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
-use unigen_core::params::image::ImageGenerationRequest;
+use unigen_core::params::image::{ImageGenerationRequest, ResponseFormat};
 
 use super::generation::{self, Generation, random_seed};
 use crate::auth::Caller;
@@ -16,7 +16,8 @@ use crate::views::{AsyncJobCreated, ImageGenerationResponse};
 ///
 /// Sync by default: answers when the images are ready, or 202 with the job
 /// if that takes longer than the server's wait limit. `?async=true` answers
-/// at once with the job id.
+/// at once with the job id. With `response_format` `b64_json`, each `data[]`
+/// item carries the image itself (base64) instead of its URL; a job keeps URLs.
 #[utoipa::path(
     tag = "images",
     request_body = ImageGenerationRequest,
@@ -24,7 +25,7 @@ use crate::views::{AsyncJobCreated, ImageGenerationResponse};
     responses(
         (status = 200, description = "Images generated", body = ImageGenerationResponse),
         (status = 202, description = "Async job created (`async=true`), or the sync wait limit passed (a job)", body = AsyncJobCreated),
-        (status = 400, description = "Invalid request; `param` names the field", body = ErrorBody),
+        (status = 400, description = "Invalid request (e.g. `response_format` not `url` or `b64_json`); `param` names the field", body = ErrorBody),
         (status = 401, description = "invalid or missing API key / API key has expired", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: image", body = ErrorBody),
         (status = 500, description = "Generation failed", body = ErrorBody),
@@ -41,6 +42,7 @@ pub async fn create_image_generation(
     caller.require(Scope::Image)?;
     let is_async = query_bool(&query, "async", false)?;
     let request: ImageGenerationRequest = json_body(&body)?;
+    let response_format = ResponseFormat::parse(request.response_format.as_deref())?;
     let model = state.catalogue.resolve_capable(
         request.model.as_deref(),
         ModelCategory::Image,
@@ -63,7 +65,10 @@ pub async fn create_image_generation(
         Ok(job) => job,
         Err(response) => return Ok(*response),
     };
-    ImageGenerationResponse::from_job(&job, &state.signer, Utc::now())
-        .map(|response| HttpResponse::Ok().json(response))
-        .ok_or_else(|| generation::malformed(&job))
+    let mut response = ImageGenerationResponse::from_job(&job, &state.signer, Utc::now())
+        .ok_or_else(|| generation::malformed(&job))?;
+    if response_format == ResponseFormat::B64Json {
+        response = response.with_base64(generation::images_base64(&state, &job).await?);
+    }
+    Ok(HttpResponse::Ok().json(response))
 }

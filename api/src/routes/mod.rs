@@ -15,10 +15,12 @@ mod jobs;
 mod knowledge;
 mod legacy;
 mod models;
+mod multipart;
 mod music;
 pub mod params;
 mod speech;
 mod transcriptions;
+mod translations;
 mod usage;
 mod videos;
 mod webhooks;
@@ -32,10 +34,12 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(videos::create_video_generation)
         .service(speech::create_speech)
         .service(transcriptions::create_transcription)
+        .service(translations::create_translation)
         .service(music::create_music_generation)
         .service(legacy::legacy_generate)
         .service(legacy::legacy_logo)
         .service(models::list_models)
+        .service(models::get_model)
         .service(chat::create_chat_completion)
         .service(embeddings::create_embeddings)
         .service(jobs::list_jobs)

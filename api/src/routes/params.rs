@@ -8,9 +8,14 @@ use unigen_core::ValidationError;
 
 use crate::error::ApiError;
 
-/// JSON body -> `T`; a type error names the field (`n: invalid type ...`).
+/// JSON body -> `T`. A type error names the field in `param` (its path:
+/// `n`, `messages[0].content`) and says in plain words what it must be.
 pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    if body.is_empty() {
+    // serde reads a struct from an array too (by position): a body that is
+    // JSON but not an object is refused up front.
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    let other_json = |b: &u8| b.is_ascii_alphanumeric() || b"[\"-".contains(b);
+    if first.is_none_or(other_json) {
         return Err(ApiError::BadRequest(
             "request body must be a JSON object".into(),
         ));
@@ -19,12 +24,83 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
-        if inner.is_syntax() || inner.is_eof() || path == "." {
+        if inner.is_syntax() || inner.is_eof() {
             ApiError::BadRequest(format!("request body is not valid JSON: {inner}"))
+        } else if path == "." {
+            ApiError::BadRequest("request body must be a JSON object".into())
         } else {
-            ApiError::BadRequest(format!("{path}: {inner}"))
+            ApiError::InvalidField {
+                message: type_error_message(&path, &inner.to_string()),
+                param: path,
+            }
         }
     })
+}
+
+/// serde's `invalid type: string "2", expected u32 at line 1 column 9` as
+/// `n must be a non-negative integer, got a string`.
+fn type_error_message(path: &str, serde_message: &str) -> String {
+    let message = serde_message
+        .rsplit_once(" at line ")
+        .map_or(serde_message, |(message, _)| message);
+    if let Some(enum_name) =
+        message.strip_prefix("data did not match any variant of untagged enum ")
+    {
+        let shapes = match enum_name {
+            "EmbeddingInput" => {
+                "a string, an array of strings, an array of token ids or an array of token id arrays"
+            }
+            "MessageContent" => "a string or an array of content parts",
+            "Stop" => "a string or an array of strings",
+            _ => "of another type",
+        };
+        return format!("{path} must be {shapes}");
+    }
+    if let Some(field) = message.strip_prefix("missing field ") {
+        return format!("{path}: {} is required", field.trim_matches('`'));
+    }
+    let detail = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .or_else(|| message.strip_prefix("invalid length "));
+    let Some((got, expected)) = detail.and_then(|d| d.split_once(", expected ")) else {
+        return format!("{path}: {message}");
+    };
+    format!(
+        "{path} must be {}, got {}",
+        expected_words(expected),
+        got_words(got)
+    )
+}
+
+fn expected_words(expected: &str) -> &str {
+    match expected {
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer",
+        "i8" | "i16" | "i32" | "i64" | "isize" => "an integer",
+        "f32" | "f64" => "a number",
+        "a boolean" => "true or false",
+        "a sequence" => "an array",
+        "a map" => "an object",
+        "a string" | "a borrowed string" => "a string",
+        other if other.starts_with("struct ") => "an object",
+        other => other,
+    }
+}
+
+fn got_words(got: &str) -> String {
+    let kind = got.split_whitespace().next().unwrap_or(got);
+    match kind {
+        "string" => "a string".into(),
+        "integer" | "floating" => got
+            .split('`')
+            .nth(1)
+            .map_or_else(|| "a number".into(), |n| n.to_owned()),
+        "boolean" => "true or false".into(),
+        "sequence" => "an array".into(),
+        "map" => "an object".into(),
+        "null" | "unit" => "null".into(),
+        _ => got.to_owned(),
+    }
 }
 
 /// Query boolean: `true`/`false`/`1`/`0`, absent = `default`.
@@ -150,10 +226,25 @@ mod tests {
 
     #[test]
     fn type_errors_name_the_field_and_syntax_errors_say_json() {
-        let err = json_body::<Body>(br#"{"n": "three"}"#)
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("n: invalid type"), "{err}");
+        let err = json_body::<Body>(br#"{"n": "three"}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::InvalidField { param, .. } if param == "n"),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "n must be a non-negative integer, got a string"
+        );
+        let err = json_body::<Body>(br#"{"n": -1}"#).unwrap_err();
+        assert_eq!(err.to_string(), "n must be a non-negative integer, got -1");
+        let err = json_body::<Body>(br#"[1]"#).unwrap_err();
+        assert_eq!(err.to_string(), "request body must be a JSON object");
+        let err = json_body::<unigen_providers::chat::EmbeddingRequest>(br#"{"input": [1.5]}"#)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "input must be a string, an array of strings, an array of token ids or an array of token id arrays"
+        );
         let err = json_body::<Body>(b"{not json").unwrap_err().to_string();
         assert!(err.starts_with("request body is not valid JSON"), "{err}");
         assert!(json_body::<Body>(b"").is_err());

@@ -3,6 +3,7 @@ use std::collections::HashMap;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, post, web};
 use serde_json::json;
+use unigen_core::audio::AudioFormat;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::speech::SpeechRequest;
 
@@ -26,17 +27,16 @@ fn wants_raw_audio(request: &HttpRequest) -> bool {
 }
 
 fn content_type(format: &str) -> &'static str {
-    match format {
-        "wav" => "audio/wav",
-        "opus" => "audio/ogg",
-        "aac" => "audio/aac",
-        _ => "audio/mpeg",
-    }
+    AudioFormat::from_name(format)
+        .unwrap_or(AudioFormat::Mp3)
+        .content_type()
 }
 
 /// Text to speech. Answers `{created, audio_url, duration_seconds,
 /// character_count, model, model_tier, usage}`, or the audio bytes when the
 /// client asks for audio (`Accept: audio/*` or `application/octet-stream`).
+/// `response_format` mp3 (default), wav, opus, aac, flac, or pcm: raw 24 kHz
+/// 16-bit signed little-endian mono samples without a header (`audio/pcm`).
 #[utoipa::path(
     tag = "audio",
     request_body = SpeechRequest,
@@ -44,7 +44,7 @@ fn content_type(format: &str) -> &'static str {
     responses(
         (status = 200, description = "JSON with `audio_url`, or the audio itself", body = Object),
         (status = 202, description = "Async job created", body = AsyncJobCreated),
-        (status = 400, description = "input missing or empty; input longer than 10,000 chars; speed outside 0.25 to 4.0", body = ErrorBody),
+        (status = 400, description = "input missing or empty; input longer than 10,000 chars; speed outside 0.25 to 4.0; response_format not mp3, wav, opus, aac, flac or pcm", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "API key does not have required scope: tts", body = ErrorBody),
         (status = 500, body = ErrorBody),

@@ -1,33 +1,80 @@
 use std::collections::HashMap;
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{HttpRequest, HttpResponse, post, web};
 use serde_json::json;
 use unigen_core::ValidationError;
 use unigen_core::audio::probe_duration;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
-use unigen_core::params::transcription::{Transcript, TranscriptionRequest};
+use unigen_core::params::transcription::{Transcript, TranscriptionRequest, without_decoding};
 
-use super::generation::{self, Generation};
-
+use super::generation::{self, Generation, Uploads};
+use super::multipart::{self, Body, Form, FormSpec};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::routes::params::{json_body, query_bool};
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, job_usage};
 
+/// The parts of a multipart transcription: OpenAI's, then the JSON body's
+/// other fields.
+const TRANSCRIPTION_FORM: FormSpec = FormSpec {
+    files: &["file"],
+    fields: &[
+        "model",
+        "language",
+        "prompt",
+        "response_format",
+        "temperature",
+        "timestamp_granularities",
+        "diarization",
+        "translation",
+        "model_inputs",
+    ],
+};
+
+/// `multipart/form-data` body of `POST /audio/transcriptions`, as the OpenAI
+/// SDKs send it. `diarization`, `translation` (`true`/`false`) and
+/// `model_inputs` (JSON text) are accepted as text fields too.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // the schema only: routes::multipart reads the form
+pub struct TranscriptionForm {
+    /// The audio (MP3, WAV, M4A, FLAC, OGG, WebM). A URL or data URI as
+    /// text is loaded as in JSON.
+    #[schema(value_type = String, format = Binary)]
+    file: Vec<u8>,
+    model: Option<String>,
+    /// `auto` (default) or an ISO 639-1 code.
+    language: Option<String>,
+    prompt: Option<String>,
+    /// `json` (default), `verbose_json`, `text`, `srt`, `vtt`.
+    response_format: Option<String>,
+    temperature: Option<f64>,
+    /// `segment` and/or `word`; repeated as `timestamp_granularities[]`.
+    #[schema(rename = "timestamp_granularities[]")]
+    timestamp_granularities: Option<Vec<String>>,
+}
+
 /// Speech to text. `response_format` json (default) answers `{text, segments,
 /// language, duration, model, model_tier, usage}` (plus `words` top-level and
-/// per segment with word granularity); `text`, `srt` and `vtt` answer plain text.
+/// per segment with word granularity); `verbose_json` answers OpenAI's shape
+/// (`task`, `language` as a name, `duration`, `text`, `segments` with their
+/// decoding facts, `words` with word granularity, `usage` in seconds);
+/// `text`, `srt` and `vtt` answer plain text. The body is JSON (the audio as
+/// a URL or base64) or, as the OpenAI SDKs send it, `multipart/form-data`.
 #[utoipa::path(
     tag = "audio",
-    request_body = TranscriptionRequest,
+    request_body(content(
+        (TranscriptionRequest = "application/json"),
+        (TranscriptionForm = "multipart/form-data"),
+    )),
     params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
     responses(
-        (status = 200, description = "Transcript (JSON, text, SRT or WebVTT)", body = Object),
+        (status = 200, description = "Transcript (JSON, OpenAI's verbose JSON, text, SRT or WebVTT)", body = Object),
         (status = 202, description = "Async job created", body = AsyncJobCreated),
-        (status = 400, description = "file missing, or not audio", body = ErrorBody),
+        (status = 400, description = "file missing, not audio or too large; an invalid field; an unexpected file in a form", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "API key does not have required scope: stt", body = ErrorBody),
+        (status = 413, description = "The body is larger than the server's limit", body = ErrorBody),
         (status = 500, description = "transcription failed", body = ErrorBody),
     ),
     security(("bearer" = ["stt"]))
@@ -37,11 +84,48 @@ pub async fn create_transcription(
     state: web::Data<AppState>,
     caller: Caller,
     query: web::Query<HashMap<String, String>>,
-    body: web::Bytes,
+    http: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let body = multipart::read_body(&state, &http, payload, &TRANSCRIPTION_FORM).await?;
     caller.require(Scope::Stt)?;
     let is_async = query_bool(&query, "async", false)?;
-    let request: TranscriptionRequest = json_body(&body)?;
+    let (request, uploads) = match body {
+        Body::Json(bytes) => (json_body::<TranscriptionRequest>(&bytes)?, Uploads::new()),
+        Body::Form(form) => transcription_request(form)?,
+    };
+    transcribe(&state, &caller, request, uploads, is_async).await
+}
+
+/// The transcription request a form carries (uploaded audio in the uploads).
+fn transcription_request(
+    mut form: Form,
+) -> Result<(TranscriptionRequest, Uploads), ValidationError> {
+    let mut uploads = Uploads::new();
+    let request = TranscriptionRequest {
+        file: form.take_source("file", &mut uploads),
+        model: form.text("model"),
+        language: form.text("language"),
+        response_format: form.text("response_format"),
+        prompt: form.text("prompt"),
+        temperature: form.number("temperature", "a number")?,
+        timestamp_granularities: form.list("timestamp_granularities"),
+        diarization: form.boolean("diarization")?,
+        translation: form.boolean("translation")?,
+        model_inputs: form.json("model_inputs")?,
+    };
+    Ok((request, uploads))
+}
+
+/// Transcribes (or, with `translation`, translates): validates, stores the
+/// audio, runs the job and renders the transcript in the asked format.
+pub(super) async fn transcribe(
+    state: &AppState,
+    caller: &Caller,
+    request: TranscriptionRequest,
+    uploads: Uploads,
+    is_async: bool,
+) -> Result<HttpResponse, ApiError> {
     let model = state.catalogue.resolve_capable(
         request.model.as_deref(),
         ModelCategory::Audio,
@@ -63,7 +147,7 @@ pub async fn create_transcription(
         )
         .into());
     }
-    let loaded = generation::fetch_inputs(&state, media).await?;
+    let loaded = generation::fetch_uploaded_inputs(state, media, uploads).await?;
     // The audio's length sets what is reserved; the worker charges what
     // the transcription measured. Undecodable audio reserves one minute and
     // fails in the worker with the decoder's reason.
@@ -72,8 +156,9 @@ pub async fn create_transcription(
         None => 60.0,
     };
     let minutes = (duration_seconds / 60.0).ceil().max(1.0) as i64;
-    params.inputs = generation::store_inputs(&state, caller.org_id, loaded).await?;
+    params.inputs = generation::store_inputs(state, caller.org_id, loaded).await?;
     let format = params.response_format.clone();
+    let translated = params.translation;
     let generation = Generation {
         tool: Tool::Stt,
         model,
@@ -81,11 +166,15 @@ pub async fn create_transcription(
         quota_units: duration_seconds,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
         is_async,
-        what: "transcription",
+        what: if translated {
+            "translation"
+        } else {
+            "transcription"
+        },
     };
-    let job = match generation::run(&state, &caller, generation)
+    let job = match generation::run(state, caller, generation)
         .await?
-        .completed(&state)
+        .completed(state)
     {
         Ok(job) => job,
         Err(response) => return Ok(*response),
@@ -106,8 +195,16 @@ pub async fn create_transcription(
         "vtt" => HttpResponse::Ok()
             .content_type("text/vtt; charset=utf-8")
             .body(transcript.to_vtt()),
+        "verbose_json" => {
+            let mut body = transcript.to_verbose_json(translated);
+            body["model"] = json!(job.model);
+            body["model_tier"] = json!(job.model_tier);
+            // OpenAI's usage of audio models; credits are in the headers.
+            body["usage"] = json!({ "type": "duration", "seconds": transcript.duration });
+            HttpResponse::Ok().json(body)
+        }
         _ => {
-            let mut body = output;
+            let mut body = without_decoding(output);
             body["model"] = json!(job.model);
             body["model_tier"] = json!(job.model_tier);
             body["usage"] = job_usage(&job);

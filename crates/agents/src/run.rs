@@ -809,6 +809,7 @@ fn message(role: &str, text: String, images: Option<Vec<String>>) -> ChatMessage
         name: None,
         tool_call_id: None,
         tool_calls: None,
+        extra: Default::default(),
     }
 }
 

@@ -25,6 +25,9 @@ const FFMPEG_TIMEOUT: Duration = Duration::from_secs(60);
 /// Sample rate used when durations have to be measured by decoding.
 const PROBE_DECODE_RATE: u32 = 16_000;
 
+/// Raw PCM output: OpenAI's `pcm` is 24 kHz, 16-bit signed little-endian, mono.
+pub const PCM_SAMPLE_RATE: u32 = 24_000;
+
 /// Output encodings the local provider can deliver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AudioFormat {
@@ -33,9 +36,24 @@ pub enum AudioFormat {
     Opus,
     Aac,
     Flac,
+    /// Headerless samples (see [`PCM_SAMPLE_RATE`]).
+    Pcm,
 }
 
 impl AudioFormat {
+    /// The format a request's `response_format` names (`mp3`, `wav`...).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "mp3" => AudioFormat::Mp3,
+            "wav" => AudioFormat::Wav,
+            "opus" => AudioFormat::Opus,
+            "aac" => AudioFormat::Aac,
+            "flac" => AudioFormat::Flac,
+            "pcm" => AudioFormat::Pcm,
+            _ => return None,
+        })
+    }
+
     /// File extension (without dot). Opus is in an Ogg container, AAC in ADTS.
     pub fn extension(self) -> &'static str {
         match self {
@@ -44,6 +62,7 @@ impl AudioFormat {
             AudioFormat::Opus => "opus",
             AudioFormat::Aac => "aac",
             AudioFormat::Flac => "flac",
+            AudioFormat::Pcm => "pcm",
         }
     }
 
@@ -55,6 +74,7 @@ impl AudioFormat {
             AudioFormat::Opus => "audio/ogg",
             AudioFormat::Aac => "audio/aac",
             AudioFormat::Flac => "audio/flac",
+            AudioFormat::Pcm => "audio/pcm",
         }
     }
 
@@ -66,6 +86,7 @@ impl AudioFormat {
             AudioFormat::Opus => &["-c:a", "libopus", "-b:a", "64k", "-f", "ogg"],
             AudioFormat::Aac => &["-c:a", "aac", "-b:a", "128k", "-f", "adts"],
             AudioFormat::Flac => &["-c:a", "flac", "-f", "flac"],
+            AudioFormat::Pcm => &["-ar", "24000", "-c:a", "pcm_s16le", "-f", "s16le"],
         }
     }
 }
@@ -192,6 +213,18 @@ pub async fn decode_to_pcm(bytes: Vec<u8>, sample_rate: u32) -> Result<Vec<f32>,
         ));
     }
     Ok(samples)
+}
+
+/// Duration in seconds of audio in `format`: raw PCM has no header to probe,
+/// so its length tells; every other format is probed.
+pub async fn duration_in(bytes: &[u8], format: AudioFormat) -> Result<f64, ProviderError> {
+    if format == AudioFormat::Pcm {
+        if bytes.len() < 2 {
+            return Err(ProviderError::Permanent("audio input is empty".into()));
+        }
+        return Ok((bytes.len() / 2) as f64 / f64::from(PCM_SAMPLE_RATE));
+    }
+    probe_duration(bytes).await
 }
 
 /// Duration in seconds of audio bytes of any format (ffprobe; fall back to decoding).
@@ -568,7 +601,7 @@ mod tests {
                 AudioFormat::Opus => assert!(out.starts_with(b"OggS")),
                 AudioFormat::Aac => assert!(out[0] == 0xFF && out[1] & 0xF6 == 0xF0),
                 AudioFormat::Flac => assert!(out.starts_with(b"fLaC")),
-                AudioFormat::Wav => unreachable!(),
+                AudioFormat::Wav | AudioFormat::Pcm => unreachable!(),
             }
             let d = probe_duration(&out).await.unwrap();
             // ADTS cannot signal the encoder's 1024-sample priming, so AAC
@@ -619,5 +652,35 @@ mod tests {
         assert_eq!(AudioFormat::Opus.content_type(), "audio/ogg");
         assert_eq!(AudioFormat::Aac.content_type(), "audio/aac");
         assert_eq!(AudioFormat::Mp3.content_type(), "audio/mpeg");
+        for name in ["mp3", "wav", "opus", "aac", "flac", "pcm"] {
+            assert_eq!(AudioFormat::from_name(name).unwrap().extension(), name);
+        }
+        assert_eq!(AudioFormat::from_name("m4a"), None);
+    }
+
+    #[tokio::test]
+    async fn pcm_is_headerless_24khz_16_bit_mono() {
+        // A 22.05 kHz input is resampled: one second is 24,000 samples.
+        let wav = encode_wav(&tone(440.0, 1.0, 22_050), 22_050);
+        let pcm = convert_wav(wav, AudioFormat::Pcm).await.unwrap();
+        assert!(!pcm.starts_with(b"RIFF"));
+        assert!(
+            (pcm.len() as i64 - 48_000).abs() <= 64,
+            "{} bytes",
+            pcm.len()
+        );
+        let d = duration_in(&pcm, AudioFormat::Pcm).await.unwrap();
+        assert!((d - 1.0).abs() < 0.01, "{d}");
+        // Read as s16le, the tone keeps its 880 zero crossings a second.
+        let samples: Vec<i16> = pcm
+            .chunks_exact(2)
+            .map(|b| i16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        let crossings = samples[2400..21_600]
+            .windows(2)
+            .filter(|w| (w[0] < 0) != (w[1] < 0))
+            .count();
+        assert!((690..720).contains(&crossings), "{crossings} crossings");
+        assert!(duration_in(b"", AudioFormat::Pcm).await.is_err());
     }
 }

@@ -6,18 +6,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use unigen_core::ValidationError;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
 
 use crate::Catalogue;
 use crate::chat::{
-    ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_prompt_tokens,
-    count_tokens,
+    ChatCompletionRequest, ChatMessage, ChatParams, count_prompt_tokens, count_tokens,
 };
 use crate::fallback;
-use crate::local::{LocalProvider, chat};
+use crate::local::LocalProvider;
+use crate::local::answer::answer;
 use crate::openai::{ChunkStream, OpenAiClient};
 use crate::search::{SearchClient, grounding_prompt};
 
@@ -40,14 +40,18 @@ pub struct PreparedChat {
 
 /// A whole answer.
 pub struct Answer {
-    /// The assistant message in the OpenAI shape (`tool_calls` when any).
-    pub message: Value,
-    pub finish_reason: String,
+    /// Every choice in OpenAI's shape, as the model gave it (`message` with
+    /// `tool_calls`, `refusal`, `logprobs`...).
+    pub choices: Vec<Value>,
+    /// The upstream's other top-level fields (`system_fingerprint`,
+    /// `service_tier`...), passed through.
+    pub extra: Map<String, Value>,
     pub prompt_tokens: u32,
+    /// Of every choice.
     pub completion_tokens: u32,
-    /// The text as the test model streams it (one token or more a piece);
-    /// empty for upstream answers.
-    pub pieces: Vec<String>,
+    /// Per choice, the test model's stream deltas (after the role chunk) and
+    /// finish reason; empty for upstream answers, which stream themselves.
+    pub deltas: Vec<(Vec<Value>, String)>,
 }
 
 #[derive(Clone)]
@@ -115,43 +119,62 @@ impl ChatService {
                 .simulate_conditions()
                 .await
                 .map_err(|e| ChatError::Upstream(e.to_string()))?;
-            let reply = chat::echo(params);
+            let reply = answer(params);
             return Ok(Answer {
-                message: json!({ "role": "assistant", "content": reply.text }),
-                finish_reason: reply.finish_reason.to_owned(),
+                choices: reply
+                    .choices
+                    .iter()
+                    .enumerate()
+                    .map(|(index, c)| {
+                        json!({"index": index, "message": c.message, "logprobs": null, "finish_reason": c.finish_reason})
+                    })
+                    .collect(),
+                extra: Map::new(),
                 prompt_tokens: reply.prompt_tokens,
                 completion_tokens: reply.completion_tokens,
-                pieces: reply.pieces,
+                deltas: reply
+                    .choices
+                    .into_iter()
+                    .map(|c| (c.deltas, c.finish_reason.to_owned()))
+                    .collect(),
             });
         }
         let body = upstream_body(params, model, false);
-        let upstream = fallback::in_order(&self.upstreams, model, |client| {
+        let mut upstream = fallback::in_order(&self.upstreams, model, |client| {
             let body = &body;
             async move { client.chat(body).await }
         })
         .await
         .map_err(upstream_error)?;
-        let choice = &upstream["choices"][0];
-        let content = choice["message"]["content"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let Some(Value::Array(choices)) =
+            upstream.as_object_mut().and_then(|o| o.remove("choices"))
+        else {
+            return Err(ChatError::Upstream(
+                "the model provider answered without choices".into(),
+            ));
+        };
         let reported = |key: &str| upstream["usage"][key].as_u64().map(|n| n as u32);
-        let completion_tokens =
-            reported("completion_tokens").unwrap_or_else(|| count_tokens(&content));
-        let mut message = json!({ "role": "assistant", "content": content });
-        if let Some(calls) = choice["message"].get("tool_calls").filter(|c| !c.is_null()) {
-            message["tool_calls"] = calls.clone();
+        let completion_tokens = reported("completion_tokens").unwrap_or_else(|| {
+            choices
+                .iter()
+                .map(|c| count_tokens(&said_in(&c["message"])))
+                .sum()
+        });
+        let prompt_tokens = reported("prompt_tokens").unwrap_or(prompt_tokens);
+        let mut extra = match upstream {
+            Value::Object(fields) => fields,
+            _ => Map::new(),
+        };
+        // Ours: the id, object, creation time, model and usage.
+        for key in ["id", "object", "created", "model", "usage"] {
+            extra.remove(key);
         }
         Ok(Answer {
-            message,
-            finish_reason: choice["finish_reason"]
-                .as_str()
-                .unwrap_or("stop")
-                .to_owned(),
-            prompt_tokens: reported("prompt_tokens").unwrap_or(prompt_tokens),
+            choices,
+            extra,
+            prompt_tokens,
             completion_tokens,
-            pieces: Vec::new(),
+            deltas: Vec::new(),
         })
     }
 
@@ -182,14 +205,7 @@ impl ChatService {
             .search(&query)
             .await
             .map_err(|e| ChatError::Upstream(e.to_string()))?;
-        let grounding = ChatMessage {
-            role: "system".into(),
-            content: Some(MessageContent::Text(grounding_prompt(&query, &results))),
-            images: None,
-            name: None,
-            tool_call_id: None,
-            tool_calls: None,
-        };
+        let grounding = ChatMessage::with_text("system", grounding_prompt(&query, &results));
         params.messages.insert(0, grounding);
         Ok(())
     }
@@ -201,27 +217,52 @@ fn upstream_error(last: Option<unigen_core::ProviderError>) -> ChatError {
     )
 }
 
-/// The request as the upstream's body.
-fn upstream_body(params: &ChatParams, model: &ModelEntry, stream: bool) -> Value {
-    let mut body = json!({
-        "model": model.upstream_model.as_deref().unwrap_or(&model.id),
-        "messages": params.messages.iter().map(|m| m.to_upstream()).collect::<Vec<_>>(),
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "max_tokens": params.max_tokens,
-        "frequency_penalty": params.frequency_penalty,
-        "presence_penalty": params.presence_penalty,
-        "stream": stream,
-    });
-    if !params.stop.is_empty() {
-        body["stop"] = json!(params.stop);
+/// What a message or a stream delta says: its text, refusal and tool call
+/// arguments (for usage when an upstream reports none).
+pub fn said_in(message: &Value) -> String {
+    let mut said = String::new();
+    for key in ["content", "refusal"] {
+        if let Some(text) = message[key].as_str() {
+            said.push_str(text);
+        }
     }
-    if let Some(user) = &params.user {
-        body["user"] = json!(user);
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        for key in ["name", "arguments"] {
+            if let Some(text) = call["function"][key].as_str() {
+                said.push_str(text);
+            }
+        }
+    }
+    said
+}
+
+/// The request as the upstream's body: what the client sent, with the
+/// upstream's model name and our messages (search grounding, `images`).
+fn upstream_body(params: &ChatParams, model: &ModelEntry, stream: bool) -> Value {
+    let mut body = params.forward.clone();
+    body.insert(
+        "model".into(),
+        json!(model.upstream_model.as_deref().unwrap_or(&model.id)),
+    );
+    body.insert(
+        "messages".into(),
+        params
+            .messages
+            .iter()
+            .map(|m| m.to_upstream(model.developer_as_system))
+            .collect(),
+    );
+    if params.max_tokens_capped {
+        // The quota has less left than the model would say.
+        body.remove("max_completion_tokens");
+        body.insert("max_tokens".into(), json!(params.max_tokens));
     }
     if stream {
+        body.insert("stream".into(), json!(true));
         // Always ask: usage is recorded even when the client did not ask.
-        body["stream_options"] = json!({ "include_usage": true });
+        let mut options = params.stream_options_extra.clone();
+        options.insert("include_usage".into(), json!(true));
+        body.insert("stream_options".into(), Value::Object(options));
     }
-    body
+    Value::Object(body)
 }

@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod completion;
+pub mod embedding;
 pub mod fallback;
 mod http;
 pub mod llm;
@@ -38,6 +39,15 @@ impl Catalogue {
         self.models.iter().find(|m| m.id == id)
     }
 
+    /// The model with this id, else the first with this alias.
+    pub fn find(&self, name: &str) -> Option<&ModelEntry> {
+        self.get(name).or_else(|| {
+            self.models
+                .iter()
+                .find(|m| m.aliases.iter().any(|a| a == name))
+        })
+    }
+
     /// The requested model, or the category's default. An unknown id, or a
     /// model of another category, is a 400 naming the `model` field.
     pub fn resolve(
@@ -70,7 +80,13 @@ impl Catalogue {
                 && capability.is_none_or(|c| m.capabilities.iter().any(|have| have == c))
         };
         let found = match requested {
-            Some(id) => self.get(id).filter(fits),
+            // An id names one model; an alias may name one of each kind.
+            Some(id) => self.get(id).filter(fits).or_else(|| {
+                self.models
+                    .iter()
+                    .filter(fits)
+                    .find(|m| m.aliases.iter().any(|a| a == id))
+            }),
             None => {
                 let candidates: Vec<&ModelEntry> = self.models.iter().filter(fits).collect();
                 candidates
@@ -119,6 +135,39 @@ mod tests {
             catalogue
                 .resolve(Some("local/procedural-v1"), ModelCategory::Video)
                 .is_err()
+        );
+        // OpenAI's names are aliases; one name may stand for a model of each kind.
+        let named = |name, category, capability| {
+            catalogue
+                .resolve_capable(Some(name), category, capability)
+                .unwrap()
+                .id
+                .as_str()
+        };
+        assert_eq!(
+            named("gpt-4o-mini", ModelCategory::Chat, "chat"),
+            "local/echo"
+        );
+        assert_eq!(
+            named("dall-e-2", ModelCategory::Image, "text_to_image"),
+            "local/procedural-v1"
+        );
+        assert_eq!(
+            named("dall-e-2", ModelCategory::Image, "image_edit"),
+            "local/classic-edit"
+        );
+        assert_eq!(
+            named("whisper-1", ModelCategory::Audio, "speech_to_text"),
+            "local/whisper-tiny-en"
+        );
+        assert!(
+            catalogue
+                .resolve(Some("tts-1"), ModelCategory::Chat)
+                .is_err()
+        );
+        assert_eq!(
+            catalogue.find("text-embedding-3-small").unwrap().id,
+            "local/hash-embed"
         );
     }
 }

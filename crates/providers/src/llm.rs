@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::chat::{ChatMessage, count_prompt_tokens, count_tokens};
+use crate::chat::{count_prompt_tokens, count_tokens};
 
 use crate::fallback;
 use crate::local::{LocalProvider, chat};
@@ -112,7 +112,11 @@ fn upstream_body(request: &TurnRequest<'_>) -> Value {
     let model = request.model;
     let mut body = json!({
         "model": model.upstream_model.as_deref().unwrap_or(&model.id),
-        "messages": request.messages.iter().map(ChatMessage::to_upstream).collect::<Vec<_>>(),
+        "messages": request
+            .messages
+            .iter()
+            .map(|m| m.to_upstream(model.developer_as_system))
+            .collect::<Vec<_>>(),
         "temperature": request.temperature,
         "max_tokens": request.max_tokens,
     });
@@ -194,6 +198,7 @@ fn parse_turn(answer: &Value, request: &TurnRequest<'_>) -> Result<Turn, Provide
 
 #[cfg(test)]
 mod tests {
+    use crate::chat::ChatMessage;
     use std::time::Duration;
     use unigen_core::config::ModelEntry;
 
@@ -222,6 +227,9 @@ mod tests {
             upstream: upstream.map(str::to_owned),
             upstream_model: Some("gpt-test".into()),
             fallback_upstreams: fallbacks.iter().map(|s| (*s).to_owned()).collect(),
+            aliases: Vec::new(),
+            developer_as_system: false,
+            description: None,
         }
     }
 
@@ -233,6 +241,7 @@ mod tests {
             name: None,
             tool_call_id: None,
             tool_calls: None,
+            extra: Default::default(),
         }
     }
 

@@ -12,7 +12,9 @@ use serde::Deserialize;
 use super::ProviderError;
 use super::http::{self, Attempt, bearer, connection_failure, with_retries};
 use unigen_core::config::UpstreamSettings;
-use unigen_core::params::transcription::{Segment, Transcript, Word};
+use unigen_core::params::transcription::{
+    Segment, SegmentDecoding, Transcript, Word, language_code,
+};
 
 #[derive(Clone)]
 pub struct OpenAiClient {
@@ -41,6 +43,37 @@ struct VerboseSegment {
     text: String,
     #[serde(default)]
     speaker: Option<String>,
+    // Whisper's decoding facts, kept for our own `verbose_json` answers.
+    #[serde(default)]
+    seek: Option<i64>,
+    #[serde(default)]
+    tokens: Option<Vec<i64>>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    avg_logprob: Option<f64>,
+    #[serde(default)]
+    compression_ratio: Option<f64>,
+    #[serde(default)]
+    no_speech_prob: Option<f64>,
+}
+
+impl VerboseSegment {
+    /// Present when the upstream reported any of them (missing ones are 0).
+    fn decoding(&self) -> Option<SegmentDecoding> {
+        let reported = self.seek.is_some()
+            || self.tokens.is_some()
+            || self.avg_logprob.is_some()
+            || self.no_speech_prob.is_some();
+        reported.then(|| SegmentDecoding {
+            seek: self.seek.unwrap_or(0),
+            tokens: self.tokens.clone().unwrap_or_default(),
+            temperature: self.temperature.unwrap_or(0.0),
+            avg_logprob: self.avg_logprob.unwrap_or(0.0),
+            compression_ratio: self.compression_ratio.unwrap_or(0.0),
+            no_speech_prob: self.no_speech_prob.unwrap_or(0.0),
+        })
+    }
 }
 
 /// Options of one transcription call.
@@ -50,6 +83,9 @@ pub struct TranscribeOptions<'a> {
     pub words: bool,
     pub diarization: bool,
     pub translate: bool,
+    /// Text guiding the style or vocabulary.
+    pub prompt: Option<&'a str>,
+    pub temperature: Option<f64>,
 }
 
 impl OpenAiClient {
@@ -97,6 +133,12 @@ impl OpenAiClient {
             }
             if options.diarization {
                 form = form.text("diarization", "true");
+            }
+            if let Some(prompt) = options.prompt {
+                form = form.text("prompt", prompt.to_owned());
+            }
+            if let Some(temperature) = options.temperature {
+                form = form.text("temperature", temperature.to_string());
             }
             let request = self
                 .http
@@ -169,6 +211,7 @@ fn into_transcript(verbose: VerboseTranscription, with_words: bool) -> Transcrip
         .segments
         .into_iter()
         .map(|s| {
+            let decoding = s.decoding();
             let nested = words.as_ref().map(|all| {
                 all.iter()
                     .filter(|w| {
@@ -184,6 +227,7 @@ fn into_transcript(verbose: VerboseTranscription, with_words: bool) -> Transcrip
                 text: s.text.trim().to_owned(),
                 speaker: s.speaker,
                 words: nested,
+                decoding,
             }
         })
         .collect::<Vec<_>>();
@@ -202,29 +246,6 @@ fn into_transcript(verbose: VerboseTranscription, with_words: bool) -> Transcrip
     }
 }
 
-/// OpenAI's verbose_json reports language names ("english").
-fn language_code(name: &str) -> String {
-    const NAMES: [(&str, &str); 12] = [
-        ("english", "en"),
-        ("german", "de"),
-        ("french", "fr"),
-        ("spanish", "es"),
-        ("italian", "it"),
-        ("portuguese", "pt"),
-        ("dutch", "nl"),
-        ("russian", "ru"),
-        ("chinese", "zh"),
-        ("japanese", "ja"),
-        ("korean", "ko"),
-        ("arabic", "ar"),
-    ];
-    let lower = name.to_ascii_lowercase();
-    NAMES
-        .iter()
-        .find(|(n, _)| *n == lower)
-        .map_or(lower, |(_, code)| (*code).to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +261,7 @@ mod tests {
         .unwrap();
         let transcript = into_transcript(verbose, true);
         assert_eq!(transcript.language, "en");
+        assert_eq!(transcript.segments[0].decoding, None);
         assert_eq!(transcript.text, "Hello world. Bye.");
         assert_eq!(transcript.segments[0].words.as_ref().unwrap().len(), 2);
         assert_eq!(
@@ -247,6 +269,24 @@ mod tests {
             "Bye"
         );
         assert_eq!(transcript.words.as_ref().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn segment_decoding_facts_are_kept() {
+        let verbose: VerboseTranscription = serde_json::from_value(serde_json::json!({
+            "text": "Hi.", "language": "german",
+            "segments": [{"id": 0, "seek": 0, "start": 0.0, "end": 1.0, "text": " Hi.",
+                          "tokens": [50364, 2421], "temperature": 0.0, "avg_logprob": -0.3,
+                          "compression_ratio": 0.6, "no_speech_prob": 0.02}]
+        }))
+        .unwrap();
+        let transcript = into_transcript(verbose, false);
+        assert_eq!(transcript.language, "de");
+        let decoding = transcript.segments[0].decoding.as_ref().unwrap();
+        assert_eq!(
+            (decoding.tokens.clone(), decoding.avg_logprob),
+            (vec![50364, 2421], -0.3)
+        );
     }
 }
 
@@ -492,12 +532,25 @@ mod retry_tests {
 #[derive(Deserialize)]
 struct EmbeddingList {
     data: Vec<EmbeddingItem>,
+    #[serde(default)]
+    usage: Option<EmbeddingUsage>,
 }
 
 #[derive(Deserialize)]
 struct EmbeddingItem {
     index: usize,
     embedding: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingUsage {
+    prompt_tokens: u32,
+}
+
+/// Vectors in input order, and the input tokens the upstream reported.
+pub struct Embeddings {
+    pub vectors: Vec<Vec<f32>>,
+    pub prompt_tokens: Option<u32>,
 }
 
 impl OpenAiClient {
@@ -508,17 +561,28 @@ impl OpenAiClient {
         model: &str,
         inputs: &[String],
     ) -> Result<Vec<Vec<f32>>, ProviderError> {
-        let body = serde_json::json!({
-            "model": model,
-            "input": inputs,
-            "encoding_format": "float",
-        });
-        let list = with_retries(|| async {
+        let body = serde_json::json!({ "model": model, "input": inputs });
+        Ok(self.embed(body, inputs.len()).await?.vectors)
+    }
+
+    /// `POST {base}/embeddings` with `body` (`input` of `inputs` items: texts
+    /// or token id lists), asking for floats.
+    pub async fn embed(
+        &self,
+        mut body: serde_json::Value,
+        inputs: usize,
+    ) -> Result<Embeddings, ProviderError> {
+        body["encoding_format"] = serde_json::json!("float");
+        let mut list = with_retries(|| async {
             let response = self.post_json("embeddings", &body).await?;
             read_json::<EmbeddingList>(response).await
         })
         .await?;
-        in_input_order(list, inputs.len())
+        let prompt_tokens = list.usage.take().map(|u| u.prompt_tokens);
+        Ok(Embeddings {
+            vectors: in_input_order(list, inputs)?,
+            prompt_tokens,
+        })
     }
 }
 

@@ -132,6 +132,7 @@ impl Turn {
             name: None,
             tool_call_id: None,
             tool_calls,
+            extra: Default::default(),
         }
     }
 }
@@ -147,5 +148,6 @@ pub fn tool_result_message(call: &ToolCall, result: &Value) -> ChatMessage {
         name: None,
         tool_call_id: Some(call.id.clone()),
         tool_calls: None,
+        extra: Default::default(),
     }
 }

@@ -115,7 +115,7 @@ pub async fn synthesize(spec: &SpeechSpec<'_>) -> Result<Speech, ProviderError> 
         (AudioFormat::Wav, None) => wav,
         (format, filter) => audio::transcode_wav(wav, format, filter.as_deref()).await?,
     };
-    let duration_seconds = audio::probe_duration(&bytes).await?;
+    let duration_seconds = audio::duration_in(&bytes, spec.format).await?;
     Ok(Speech {
         bytes,
         duration_seconds,
@@ -420,8 +420,16 @@ mod tests {
         assert!(aac.bytes[0] == 0xFF && aac.bytes[1] & 0xF0 == 0xF0);
         let flac = say(FOX, "nova", 1.0, AudioFormat::Flac).await;
         assert!(flac.bytes.starts_with(b"fLaC"));
+        // Raw 24 kHz s16le: the length is the duration.
+        let pcm = say(FOX, "nova", 1.0, AudioFormat::Pcm).await;
+        assert!(!pcm.bytes.starts_with(b"RIFF") && pcm.bytes.len() % 2 == 0);
+        assert!((pcm.duration_seconds - pcm.bytes.len() as f64 / 48_000.0).abs() < 1e-9);
         // Same speech, so the measured durations agree across codecs.
-        for d in [opus.duration_seconds, flac.duration_seconds] {
+        for d in [
+            opus.duration_seconds,
+            flac.duration_seconds,
+            pcm.duration_seconds,
+        ] {
             assert!(
                 (d - mp3.duration_seconds).abs() < 0.1,
                 "{d} vs {}",

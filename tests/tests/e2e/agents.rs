@@ -153,12 +153,8 @@ async fn invalid_agents_are_refused_with_the_field_named_and_nothing_created() {
     assert_eq!((status, &answer["error"]["param"]), (400, &json!("model")));
     let (status, answer) = create(&app, &app.key, json!({"name": 7, "system_prompt": "x"})).await;
     assert_eq!(status, 400, "{answer}");
-    assert!(
-        answer["error"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("name:")
-    );
+    assert_eq!(answer["error"]["param"], "name", "{answer}");
+    assert_eq!(answer["error"]["message"], "name must be a string, got 7");
     assert_eq!(agent_count(&app).await, 0, "nothing was created");
 }
 

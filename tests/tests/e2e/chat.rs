@@ -32,7 +32,7 @@ async fn chat_completions_answer_in_the_openai_format_with_real_token_usage() {
     assert_eq!(completion["model_tier"], "fast");
     assert_eq!(
         completion["choices"][0]["message"],
-        json!({"role": "assistant", "content": "Hello, unigen!"})
+        json!({"role": "assistant", "content": "Hello, unigen!", "refusal": null})
     );
     assert_eq!(completion["choices"][0]["finish_reason"], "stop");
     let usage = &completion["usage"];
@@ -118,7 +118,7 @@ async fn chat_errors_follow_the_chat_table() {
         (
             json!({"messages": [{"role": "robot", "content": "x"}]}),
             "messages",
-            "messages[0].role must be one of: system, user, assistant, tool",
+            "messages[0].role must be one of: system, developer, user, assistant, tool, function",
         ),
         (
             json!({"messages": [{"role": "user", "content": "x", "images": ["https://e.com/a.png"]}]}),

@@ -244,9 +244,15 @@ async fn invalid_image_requests_are_rejected_with_the_field_named_and_change_not
     }
     // Type errors and malformed JSON name the field or say what is wrong.
     for (body, starts) in [
-        (r#"{"prompt": "x", "seed": -1}"#, "seed: invalid value"),
-        (r#"{"prompt": "x", "n": "two"}"#, "n: invalid type"),
-        (r#"{"prompt": 5}"#, "prompt: invalid type"),
+        (
+            r#"{"prompt": "x", "seed": -1}"#,
+            "seed must be a non-negative integer, got -1",
+        ),
+        (
+            r#"{"prompt": "x", "n": "two"}"#,
+            "n must be a non-negative integer, got a string",
+        ),
+        (r#"{"prompt": 5}"#, "prompt must be a string, got 5"),
         (r#"{"prompt": "x""#, "request body is not valid JSON"),
         ("", "request body must be a JSON object"),
     ] {
@@ -268,6 +274,13 @@ async fn invalid_image_requests_are_rejected_with_the_field_named_and_change_not
                 .starts_with(starts),
             "{body} -> {error}"
         );
+        // A type error names its field in `param`.
+        if let Some((field, _)) = starts
+            .split_once(" must be ")
+            .filter(|(field, _)| !field.contains(' '))
+        {
+            assert_eq!(error["error"]["param"], field, "{body}");
+        }
     }
     let response = app
         .post_json(

@@ -17,6 +17,8 @@ mod media;
 mod metering;
 mod metrics;
 mod migrations;
+mod openai_compat;
+mod openai_media;
 mod ops;
 mod pipeline;
 mod recovery;

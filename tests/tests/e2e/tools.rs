@@ -392,9 +392,9 @@ async fn speech_comes_back_in_each_format_and_as_raw_audio_on_request() {
             "speed must be between 0.25 and 4",
         ),
         (
-            json!({"input": "hi", "response_format": "flac"}),
+            json!({"input": "hi", "response_format": "m4a"}),
             "response_format",
-            "response_format must be one of: mp3, wav, opus, aac",
+            "response_format must be one of: mp3, wav, opus, aac, flac, pcm",
         ),
     ] {
         let (status, param, text) = error_of(&app, "/api/v1/audio/speech", &body).await;

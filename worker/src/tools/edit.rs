@@ -66,11 +66,10 @@ pub async fn run(
     let (bytes, width, height) = blocking(move || {
         let image = image::load_from_memory(&image_bytes).map_err(|_| undecodable("image"))?;
         let mask = match mask_bytes {
-            Some(bytes) => Some(
-                image::load_from_memory(&bytes)
-                    .map_err(|_| undecodable("mask"))?
-                    .to_luma8(),
-            ),
+            Some(bytes) => Some(edit_mask(
+                &image::load_from_memory(&bytes).map_err(|_| undecodable("mask"))?,
+                params.mask_from_alpha,
+            )),
             None => None,
         };
         let spec = EditSpec {
@@ -100,6 +99,21 @@ pub async fn run(
         output: json!({ "images": [{ "file": key, "width": width, "height": height }] }),
         actual_credits: job.estimated_credits,
     })
+}
+
+/// The mask as the renderer reads it: white = edit. OpenAI's masks mark the
+/// area to edit by transparency instead; one without any transparency is
+/// read by its brightness.
+fn edit_mask(mask: &image::DynamicImage, from_alpha: bool) -> image::GrayImage {
+    if from_alpha && mask.color().has_alpha() {
+        let rgba = mask.to_rgba8();
+        if rgba.pixels().any(|p| p[3] < 255) {
+            return image::GrayImage::from_fn(rgba.width(), rgba.height(), |x, y| {
+                image::Luma([255 - rgba.get_pixel(x, y)[3]])
+            });
+        }
+    }
+    mask.to_luma8()
 }
 
 /// The edit on a Replicate model: the parameters as the prediction input.
@@ -134,4 +148,31 @@ async fn run_replicate_edit(
         output: json!({ "images": [{ "file": key, "width": decoded.width(), "height": decoded.height() }] }),
         actual_credits: job.estimated_credits,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use image::{DynamicImage, Rgba, RgbaImage};
+
+    use super::edit_mask;
+
+    #[test]
+    fn openai_masks_edit_their_transparent_pixels() {
+        // Opaque black, except a transparent (alpha 0) square to edit.
+        let mask = RgbaImage::from_fn(8, 8, |x, y| {
+            let hole = (2..6).contains(&x) && (2..6).contains(&y);
+            Rgba([0, 0, 0, if hole { 0 } else { 255 }])
+        });
+        let mask = DynamicImage::ImageRgba8(mask);
+        let openai = edit_mask(&mask, true);
+        assert_eq!(
+            (openai.get_pixel(3, 3)[0], openai.get_pixel(0, 0)[0]),
+            (255, 0)
+        );
+        // Our own convention reads brightness: all black, nothing to edit.
+        assert_eq!(edit_mask(&mask, false).get_pixel(3, 3)[0], 0);
+        // A fully opaque mask is read by brightness under either convention.
+        let white = DynamicImage::ImageRgba8(RgbaImage::from_pixel(4, 4, Rgba([255; 4])));
+        assert_eq!(edit_mask(&white, true).get_pixel(1, 1)[0], 255);
+    }
 }

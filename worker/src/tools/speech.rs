@@ -14,13 +14,9 @@ use crate::error::ToolError;
 use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
+/// The validated `response_format`; mp3 for anything else (an old job).
 pub fn format(name: &str) -> AudioFormat {
-    match name {
-        "wav" => AudioFormat::Wav,
-        "opus" => AudioFormat::Opus,
-        "aac" => AudioFormat::Aac,
-        _ => AudioFormat::Mp3,
-    }
+    AudioFormat::from_name(name).unwrap_or(AudioFormat::Mp3)
 }
 
 pub async fn run(
@@ -39,7 +35,7 @@ pub async fn run(
             "response_format": params.response_format,
         });
         let bytes = client.speech(&body).await?;
-        let duration = audio::probe_duration(&bytes).await?;
+        let duration = audio::duration_in(&bytes, format).await?;
         return finish(context, job, &params, format, bytes, duration).await;
     }
     super::retry_transient(|| context.local.simulate_conditions()).await?;

@@ -38,6 +38,8 @@ pub async fn run(
         words: params.wants_words(),
         diarization: params.diarization,
         translate: params.translation,
+        prompt: params.prompt.as_deref(),
+        temperature: params.temperature,
     };
     let transcript = client
         .transcribe(audio, &format!("audio.{extension}"), &options)

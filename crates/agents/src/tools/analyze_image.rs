@@ -56,6 +56,7 @@ pub(super) async fn analyze_image(
         name: None,
         tool_call_id: None,
         tool_calls: None,
+        extra: Default::default(),
     };
     let turn = deps
         .chat

@@ -43,6 +43,7 @@ pub(super) fn image_request(args: &Args<'_>) -> Result<ImageGenerationRequest, F
         seed: args
             .integer("seed", 0, MAX_SEED)?
             .and_then(|seed| u64::try_from(seed).ok()),
+        response_format: None,
     })
 }
 

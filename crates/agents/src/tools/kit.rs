@@ -110,5 +110,6 @@ pub(crate) fn text_message(role: &str, text: &str) -> ChatMessage {
         name: None,
         tool_call_id: None,
         tool_calls: None,
+        extra: Default::default(),
     }
 }

@@ -73,6 +73,20 @@ pub struct Settings {
     /// repeating the built-in catalogue (a `[[models]]` list replaces it).
     #[serde(default)]
     pub extra_models: Vec<ModelEntry>,
+    /// `[aliases]`: more names for catalogue models (`"gpt-4o-mini" =
+    /// "local/echo"`), added to the models' own `aliases` at load. A name
+    /// may stand for several models of different kinds (`dall-e-2` for
+    /// generation and for edits): each request takes the one that fits.
+    #[serde(default)]
+    pub aliases: std::collections::BTreeMap<String, AliasTarget>,
+}
+
+/// What an `[aliases]` entry names: one model id or several.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum AliasTarget {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// `[upstreams.<name>]`: an OpenAI-compatible server: `base_url` (ending in
@@ -336,6 +350,17 @@ pub struct ModelEntry {
     /// Further `[upstreams.*]` to try, in order, when `upstream` fails.
     #[serde(default)]
     pub fallback_upstreams: Vec<String>,
+    /// Other names requests may use for this model (OpenAI's model names,
+    /// so unchanged client code runs).
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// The upstream does not know the `developer` role: send it as `system`.
+    #[serde(default)]
+    pub developer_as_system: bool,
+    /// What the model is, for `GET /models` (the built-in ones say plainly
+    /// that they are test models and renderers).
+    #[serde(default)]
+    pub description: Option<String>,
 }
 
 impl Settings {
@@ -371,8 +396,34 @@ impl Settings {
         let mut settings: Settings = builder.build()?.try_deserialize()?;
         let extra = std::mem::take(&mut settings.extra_models);
         settings.models.extend(extra);
+        settings.apply_aliases()?;
         settings.validate()?;
         Ok(settings)
+    }
+
+    /// Adds the `[aliases]` table to the models it names.
+    fn apply_aliases(&mut self) -> Result<(), config::ConfigError> {
+        for (alias, target) in &self.aliases {
+            let ids = match target {
+                AliasTarget::One(id) => std::slice::from_ref(id),
+                AliasTarget::Many(ids) => ids.as_slice(),
+            };
+            for id in ids {
+                let model = self
+                    .models
+                    .iter_mut()
+                    .find(|m| &m.id == id)
+                    .ok_or_else(|| {
+                        config::ConfigError::Message(format!(
+                            "alias `{alias}` names `{id}`, which is not in the catalogue"
+                        ))
+                    })?;
+                if !model.aliases.contains(alias) {
+                    model.aliases.push(alias.clone());
+                }
+            }
+        }
+        Ok(())
     }
 
     fn validate(&self) -> Result<(), config::ConfigError> {
@@ -468,6 +519,14 @@ impl Settings {
             }
             if !seen.insert(model.id.as_str()) {
                 return bad(format!("model id `{}` is listed twice", model.id));
+            }
+        }
+        for model in &self.models {
+            if let Some(alias) = model.aliases.iter().find(|a| seen.contains(a.as_str())) {
+                return bad(format!(
+                    "alias `{alias}` of `{}` is the id of a model",
+                    model.id
+                ));
             }
         }
         Ok(())

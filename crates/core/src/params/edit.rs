@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::image::ResponseFormat;
 use super::validate::{integer_in, number_in, one_of, optional_text};
 use super::{MediaRef, StoredInputs, ValidationError};
 use crate::fetch::MediaKind;
@@ -38,8 +39,15 @@ pub struct ImageEditRequest {
     /// inpainting and objectRemoval.
     pub mask: Option<String>,
     pub model: Option<String>,
-    /// Resize the output to `512x512` or `1024x1024` (formal schema).
+    /// Resize the output to `512x512` or `1024x1024` (formal schema);
+    /// `auto` keeps the operation's own size, as omitting it does.
     pub size: Option<String>,
+    /// Number of results: only 1 (an edit has one result).
+    #[schema(minimum = 1, maximum = 1)]
+    pub n: Option<u32>,
+    /// `url` (default) or `b64_json`: `data[]` items carry the image itself,
+    /// base64, instead of its URL (sync answers only).
+    pub response_format: Option<String>,
     /// 0 to 1, default 0.95: how strongly the edit applies.
     pub strength: Option<f64>,
     /// outpainting: `left`, `right`, `top`, `bottom` or `all`.
@@ -72,6 +80,10 @@ pub struct EditParams {
     /// `image` and, when given, `mask`.
     #[serde(default)]
     pub inputs: StoredInputs,
+    /// OpenAI's mask convention (multipart uploads): the mask's transparent
+    /// pixels are the ones to edit, instead of its white ones.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mask_from_alpha: bool,
 }
 
 impl EditParams {
@@ -142,9 +154,16 @@ impl ImageEditRequest {
             Some(_) => return Err(ValidationError::new("scale", "scale must be 2 or 4")),
         };
         let size = match self.size.as_deref() {
-            None => None,
+            None | Some("auto") => None,
             Some(s) => Some(one_of("size", Some(s), &EDIT_SIZES, "1024x1024")?),
         };
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(ValidationError::new(
+                "n",
+                "n must be 1: an edit has one result",
+            ));
+        }
+        ResponseFormat::parse(self.response_format.as_deref())?;
         if self.model_inputs.as_ref().is_some_and(|v| !v.is_object()) {
             return Err(ValidationError::new(
                 "model_inputs",
@@ -174,6 +193,7 @@ impl ImageEditRequest {
             seed: self.seed.unwrap_or(random_seed),
             model_inputs: self.model_inputs.clone(),
             inputs: StoredInputs::new(),
+            mask_from_alpha: false,
         };
         let mut media = vec![MediaRef {
             field: "image",
@@ -296,5 +316,20 @@ mod tests {
         req.direction = Some("left".into());
         let (params, _) = req.validate(0).unwrap();
         assert_eq!(output_size(&params, 100, 50), (356, 50));
+    }
+
+    #[test]
+    fn openai_fields_n_size_auto_and_response_format() {
+        let mut req = request("colorization");
+        req.size = Some("auto".into());
+        req.n = Some(1);
+        req.response_format = Some("b64_json".into());
+        let (params, _) = req.validate(0).unwrap();
+        assert_eq!(params.size, None);
+        req.n = Some(2);
+        assert_eq!(req.validate(0).unwrap_err().field, "n");
+        req.n = None;
+        req.response_format = Some("png".into());
+        assert_eq!(req.validate(0).unwrap_err().field, "response_format");
     }
 }

@@ -18,6 +18,30 @@ pub const SIZES: [&str; 6] = [
 ];
 pub const STYLES: [&str; 2] = ["vivid", "natural"];
 pub const UPSCALES: [&str; 2] = ["2x", "4x"];
+pub const RESPONSE_FORMATS: [&str; 2] = ["url", "b64_json"];
+
+/// How a sync answer carries each image (OpenAI's `response_format`). Not
+/// stored with the job: the job itself always holds files, shown as URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResponseFormat {
+    /// A signed URL of the stored file.
+    #[default]
+    Url,
+    /// The file's bytes, base64, in `b64_json` (and no `url`).
+    B64Json,
+}
+
+impl ResponseFormat {
+    /// `url` (default) or `b64_json`; anything else is a 400 naming the field.
+    pub fn parse(value: Option<&str>) -> Result<Self, ValidationError> {
+        Ok(
+            match one_of("response_format", value, &RESPONSE_FORMATS, "url")?.as_str() {
+                "b64_json" => ResponseFormat::B64Json,
+                _ => ResponseFormat::Url,
+            },
+        )
+    }
+}
 
 /// Body of `POST /images/generations`. Unknown fields are ignored.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
@@ -42,6 +66,10 @@ pub struct ImageGenerationRequest {
     pub negative_prompt: Option<String>,
     /// Same seed and prompt give the same image; random when omitted.
     pub seed: Option<u64>,
+    /// `url` (default) or `b64_json`: each `data[]` item carries the image
+    /// itself, base64, instead of its URL. Sync answers only; a job keeps URLs.
+    #[schema(example = "url")]
+    pub response_format: Option<String>,
 }
 
 /// Validated parameters, stored as the job's `inputParams`.
@@ -204,5 +232,23 @@ mod tests {
         let mut req = request("x");
         req.upscale = Some("3x".into());
         assert_eq!(req.validate(0).unwrap_err().field, "upscale");
+    }
+
+    #[test]
+    fn response_formats() {
+        assert_eq!(ResponseFormat::parse(None), Ok(ResponseFormat::Url));
+        assert_eq!(ResponseFormat::parse(Some("url")), Ok(ResponseFormat::Url));
+        assert_eq!(
+            ResponseFormat::parse(Some("b64_json")),
+            Ok(ResponseFormat::B64Json)
+        );
+        let err = ResponseFormat::parse(Some("base64")).unwrap_err();
+        assert_eq!(
+            (err.field, err.message.as_str()),
+            (
+                "response_format",
+                "response_format must be one of: url, b64_json"
+            )
+        );
     }
 }

@@ -7,7 +7,7 @@ use super::{MediaRef, StoredInputs, ValidationError};
 use crate::fetch::MediaKind;
 
 pub const MAX_INPUT_CHARS: usize = 10_000;
-pub const FORMATS: [&str; 4] = ["mp3", "wav", "opus", "aac"];
+pub const FORMATS: [&str; 6] = ["mp3", "wav", "opus", "aac", "flac", "pcm"];
 
 /// Body of `POST /audio/speech`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
@@ -20,7 +20,8 @@ pub struct SpeechRequest {
     pub voice: Option<String>,
     /// 0.25 to 4.0, default 1.0.
     pub speed: Option<f64>,
-    /// `mp3` (default), `wav`, `opus`, `aac`.
+    /// `mp3` (default), `wav`, `opus`, `aac`, `flac`, or `pcm` (raw 24 kHz
+    /// 16-bit signed little-endian mono samples, no header).
     pub response_format: Option<String>,
     /// Voice cloning sample (URL or base64 audio).
     pub reference_audio: Option<String>,
@@ -125,5 +126,13 @@ mod tests {
             ("nova", 1.0, "mp3")
         );
         assert!(media.is_empty());
+        for format in ["flac", "pcm"] {
+            let mut r = req("hi");
+            r.response_format = Some(format.into());
+            assert_eq!(r.validate().unwrap().0.response_format, format);
+        }
+        let mut r = req("hi");
+        r.response_format = Some("m4a".into());
+        assert_eq!(r.validate().unwrap_err().field, "response_format");
     }
 }

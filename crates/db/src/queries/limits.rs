@@ -22,10 +22,41 @@ struct Tokens {
 /// What [`take_rate_tokens`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RateGrant {
-    /// This many tokens (at least one, at most the number wanted).
-    Granted(u32),
+    /// This many tokens (at least one, at most the number wanted), and the
+    /// key's rate state after taking them.
+    Granted(u32, RateState),
     /// None left: retry after this long.
     Refused(std::time::Duration),
+}
+
+/// A key's cell-rate state: its theoretical arrival time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateState {
+    tat: DateTime<Utc>,
+    interval_us: i64,
+}
+
+impl RateState {
+    /// The state of a key at `per_minute` whose arrival time is `tat`.
+    pub fn new(tat: DateTime<Utc>, per_minute: i32) -> Self {
+        Self {
+            tat,
+            interval_us: 60_000_000 / i64::from(per_minute.max(1)),
+        }
+    }
+
+    /// Requests the key may still make at once.
+    pub fn remaining(&self, now: DateTime<Utc>) -> u32 {
+        let window = (now + chrono::Duration::seconds(60) - self.tat)
+            .num_microseconds()
+            .unwrap_or(0);
+        (window / self.interval_us.max(1)).clamp(0, i64::from(u32::MAX)) as u32
+    }
+
+    /// Until the key's whole burst is available again.
+    pub fn until_full(&self, now: DateTime<Utc>) -> std::time::Duration {
+        (self.tat - now).to_std().unwrap_or_default()
+    }
 }
 
 /// The generic cell rate algorithm (`unigen_take_rate_tokens`, one
@@ -47,7 +78,11 @@ pub async fn take_rate_tokens(
             .get_result(conn)
             .await?;
     if row.granted >= 1 {
-        return Ok(RateGrant::Granted(row.granted as u32));
+        let state = RateState {
+            tat: row.tat.unwrap_or_else(Utc::now),
+            interval_us,
+        };
+        return Ok(RateGrant::Granted(row.granted as u32, state));
     }
     let wait = row.tat.map_or(std::time::Duration::from_secs(1), |tat| {
         let at = tat + chrono::Duration::microseconds(interval_us) - chrono::Duration::seconds(60);

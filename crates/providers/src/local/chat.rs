@@ -51,8 +51,12 @@ pub struct Completion {
 
 /// The echo model's reply to `params`.
 pub fn echo(params: &ChatParams) -> Completion {
-    let last_user = params.last_user_text();
-    let mut text = last_user;
+    cut(params.last_user_text(), params)
+}
+
+/// `text` as a model would say it under `params`: cut at the first stop
+/// sequence, and at `max_tokens` (finish reason `length`).
+pub fn cut(mut text: String, params: &ChatParams) -> Completion {
     let mut finish_reason = "stop";
     if let Some(cut) = params
         .stop
@@ -116,17 +120,7 @@ pub fn directive_turn(messages: &[ChatMessage], max_tokens: u32) -> Turn {
             prompt_tokens,
         };
     }
-    let mut lines: Vec<String> = Vec::new();
-    if !plain.is_empty() {
-        lines.push(plain);
-    }
-    lines.extend(
-        since
-            .iter()
-            .filter(|m| m.role == "tool")
-            .map(|m| format!("[{}] {}", called_tool(since, m), quoted(&m.text()))),
-    );
-    let mut text = lines.join("\n");
+    let mut text = with_results(plain, since);
     let mut pieces = token_pieces(&text);
     let mut finish_reason = "stop";
     if pieces.len() > max_tokens as usize {
@@ -141,6 +135,22 @@ pub fn directive_turn(messages: &[ChatMessage], max_tokens: u32) -> Turn {
         prompt_tokens,
         completion_tokens: pieces.len() as u32,
     }
+}
+
+/// `plain` followed by one `[<tool name>] <content>` line per `tool`
+/// message of `since` (the messages after the latest user message).
+pub(crate) fn with_results(plain: String, since: &[ChatMessage]) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    if !plain.is_empty() {
+        lines.push(plain);
+    }
+    lines.extend(
+        since
+            .iter()
+            .filter(|m| m.role == "tool")
+            .map(|m| format!("[{}] {}", called_tool(since, m), quoted(&m.text()))),
+    );
+    lines.join("\n")
 }
 
 /// The directives of `text`, in order, and the text without their lines.
@@ -277,18 +287,10 @@ mod tests {
         use serde_json::{Value, json};
 
         use super::super::*;
-        use crate::chat::MessageContent;
         use crate::turn::tool_result_message;
 
         fn user(text: &str) -> ChatMessage {
-            ChatMessage {
-                role: "user".into(),
-                content: Some(MessageContent::Text(text.into())),
-                images: None,
-                name: None,
-                tool_call_id: None,
-                tool_calls: None,
-            }
+            ChatMessage::with_text("user", text)
         }
 
         /// Runs turns as an agent loop would, answering each call with

@@ -1,7 +1,9 @@
 //! The built-in offline provider: its test chat and embedding models, and the
 //! latency and failures it injects. Its media renderers are `unigen-render`.
 
+pub mod answer;
 pub mod chat;
+mod schema_instance;
 
 use std::time::Duration;
 

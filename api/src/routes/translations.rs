@@ -1,0 +1,105 @@
+//! `POST /audio/translations` (OpenAI's): speech in any language to English
+//! text. A transcription job with `translation` set, so it shares the stt
+//! scope, pricing, formats and worker.
+
+use std::collections::HashMap;
+
+use actix_web::{HttpRequest, HttpResponse, post, web};
+use unigen_core::ValidationError;
+use unigen_core::domain::Scope;
+use unigen_core::params::transcription::TranslationRequest;
+
+use super::generation::Uploads;
+use super::multipart::{self, Body, Form, FormSpec};
+use super::transcriptions::transcribe;
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::{json_body, query_bool};
+use crate::state::AppState;
+use crate::views::AsyncJobCreated;
+
+const TRANSLATION_FORM: FormSpec = FormSpec {
+    files: &["file"],
+    fields: &[
+        "model",
+        "prompt",
+        "response_format",
+        "temperature",
+        "model_inputs",
+    ],
+};
+
+/// `multipart/form-data` body of `POST /audio/translations`, as the OpenAI
+/// SDKs send it.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // the schema only: routes::multipart reads the form
+pub struct TranslationForm {
+    /// The audio (MP3, WAV, M4A, FLAC, OGG, WebM). A URL or data URI as
+    /// text is loaded as in JSON.
+    #[schema(value_type = String, format = Binary)]
+    file: Vec<u8>,
+    model: Option<String>,
+    /// Text to guide the style, in English.
+    prompt: Option<String>,
+    /// `json` (default), `verbose_json`, `text`, `srt`, `vtt`.
+    response_format: Option<String>,
+    temperature: Option<f64>,
+}
+
+/// Speech to English text. Answers as `POST /audio/transcriptions` does;
+/// `verbose_json` has `task: translate` and `language: english`.
+#[utoipa::path(
+    tag = "audio",
+    request_body(content(
+        (TranslationRequest = "application/json"),
+        (TranslationForm = "multipart/form-data"),
+    )),
+    params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
+    responses(
+        (status = 200, description = "English text (JSON, OpenAI's verbose JSON, text, SRT or WebVTT)", body = Object),
+        (status = 202, description = "Async job created", body = AsyncJobCreated),
+        (status = 400, description = "file missing, not audio or too large; an invalid field; an unexpected file in a form", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: stt", body = ErrorBody),
+        (status = 413, description = "The body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "translation failed", body = ErrorBody),
+    ),
+    security(("bearer" = ["stt"]))
+)]
+#[post("/audio/translations")]
+pub async fn create_translation(
+    state: web::Data<AppState>,
+    caller: Caller,
+    query: web::Query<HashMap<String, String>>,
+    http: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let body = multipart::read_body(&state, &http, payload, &TRANSLATION_FORM).await?;
+    caller.require(Scope::Stt)?;
+    let is_async = query_bool(&query, "async", false)?;
+    let (request, uploads) = match body {
+        Body::Json(bytes) => (json_body::<TranslationRequest>(&bytes)?, Uploads::new()),
+        Body::Form(form) => translation_request(form)?,
+    };
+    transcribe(
+        &state,
+        &caller,
+        request.into_transcription(),
+        uploads,
+        is_async,
+    )
+    .await
+}
+
+fn translation_request(mut form: Form) -> Result<(TranslationRequest, Uploads), ValidationError> {
+    let mut uploads = Uploads::new();
+    let request = TranslationRequest {
+        file: form.take_source("file", &mut uploads),
+        model: form.text("model"),
+        prompt: form.text("prompt"),
+        response_format: form.text("response_format"),
+        temperature: form.number("temperature", "a number")?,
+        model_inputs: form.json("model_inputs")?,
+    };
+    Ok((request, uploads))
+}

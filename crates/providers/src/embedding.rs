@@ -1,0 +1,82 @@
+//! Embeddings as a service: the model's adapter serves them (its upstreams,
+//! with fallbacks, or the built-in feature-hashing test model).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::json;
+use unigen_core::ProviderError;
+use unigen_core::config::ModelEntry;
+
+use crate::chat::EmbeddingParams;
+use crate::fallback;
+use crate::local::LocalProvider;
+use crate::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
+use crate::openai::OpenAiClient;
+
+/// Vectors in input order, and the input tokens they cost.
+pub struct Embedded {
+    pub vectors: Vec<Vec<f32>>,
+    pub prompt_tokens: u32,
+}
+
+#[derive(Clone)]
+pub struct EmbeddingService {
+    upstreams: Arc<HashMap<String, OpenAiClient>>,
+    local: LocalProvider,
+}
+
+impl EmbeddingService {
+    pub fn new(upstreams: Arc<HashMap<String, OpenAiClient>>, local: LocalProvider) -> Self {
+        Self { upstreams, local }
+    }
+
+    pub async fn embed(
+        &self,
+        model: &ModelEntry,
+        params: &EmbeddingParams,
+    ) -> Result<Embedded, ProviderError> {
+        if model.adapter == "local" {
+            self.local.simulate_conditions().await?;
+            let dimensions = params.dimensions.unwrap_or(DEFAULT_EMBEDDING_DIMENSIONS);
+            return Ok(Embedded {
+                vectors: params
+                    .inputs
+                    .texts()
+                    .iter()
+                    .map(|text| embed(text, dimensions))
+                    .collect(),
+                prompt_tokens: params.inputs.token_count(),
+            });
+        }
+        let mut body = json!({
+            "model": model.upstream_model.as_deref().unwrap_or(&model.id),
+            "input": params.inputs.to_json(),
+        });
+        if let Some(dimensions) = params.dimensions {
+            body["dimensions"] = json!(dimensions);
+        }
+        if let Some(user) = &params.user {
+            body["user"] = json!(user);
+        }
+        let answer = fallback::in_order(&self.upstreams, model, |client| {
+            let body = body.clone();
+            async move { client.embed(body, params.inputs.len()).await }
+        })
+        .await
+        .map_err(|last| {
+            last.unwrap_or_else(|| {
+                ProviderError::Permanent(format!(
+                    "no upstream is configured for model `{}`",
+                    model.id
+                ))
+            })
+        })?;
+        Ok(Embedded {
+            vectors: answer.vectors,
+            prompt_tokens: answer
+                .prompt_tokens
+                .unwrap_or_else(|| params.inputs.token_count()),
+        })
+    }
+}
