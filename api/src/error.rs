@@ -179,8 +179,8 @@ pub struct ErrorDetail {
     pub kind: &'static str,
     /// Machine-readable code, e.g. `invalid_request`, `unauthorized`.
     pub code: &'static str,
-    /// The request field at fault, for validation errors.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The request field at fault, for validation errors; `null` otherwise
+    /// (always present, as in OpenAI's errors).
     pub param: Option<String>,
     /// What the exhausted bucket has left, for quota errors (402).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -120,14 +120,58 @@ ensure_whisper_venv() {
   fi
 }
 
-# The official OpenAI Python SDK, which the end-to-end tests run against the API.
+# The Python clients of the client matrix (tests/tests/e2e/clients.rs): the
+# official OpenAI Python SDK and langchain-openai, pinned in
+# tests/sdk/requirements.txt, into .venv; plus tiktoken's encodings.
 ensure_sdk_python() {
   ensure_whisper_venv
-  local wanted
-  wanted=$(sed -n 's/^openai==//p' "$ROOT/tests/sdk/requirements.txt")
-  if [ "$("$ROOT/.venv/bin/python" -c 'import openai; print(openai.__version__)' 2>/dev/null)" != "$wanted" ]; then
-    log "installing the OpenAI Python SDK $wanted into .venv"
-    "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check -r "$ROOT/tests/sdk/requirements.txt"
+  local stamp="$ROOT/.venv/.sdk-requirements.sha256" wanted
+  wanted=$(cat "$ROOT/tests/sdk/requirements.txt" "$ROOT/sidecars/whisper/requirements.txt" | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] \
+    || ! "$ROOT/.venv/bin/python" -c 'import openai, langchain_openai, tiktoken' >/dev/null 2>&1; then
+    log "installing the Python client SDKs (tests/sdk/requirements.txt) into .venv"
+    (cd "$ROOT/tests/sdk" && "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt)
+    echo "$wanted" > "$stamp"
+  fi
+  ensure_tiktoken_data
+}
+
+# tiktoken downloads its encodings from the internet on first use; the
+# machines reach only package registries. The same files ship in the
+# tiktoken-rs crate (locked in Cargo.lock): tests/sdk/tiktoken_cache.py puts
+# them into .venv/tiktoken-cache under the names tiktoken looks for
+# (TIKTOKEN_CACHE_DIR), checks their hashes and loads them offline.
+ensure_tiktoken_data() {
+  local version assets
+  version=$(awk '$0 == "name = \"tiktoken-rs\"" { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock")
+  [ -n "$version" ] || { echo "tiktoken-rs is not in Cargo.lock" >&2; return 1; }
+  assets=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"tiktoken-rs-$version"/assets 2>/dev/null | head -n 1)
+  if [ -z "$assets" ]; then
+    log "fetching the workspace's crates (tiktoken-rs ships tiktoken's encodings)"
+    (cd "$ROOT" && cargo fetch --locked -q)
+    assets=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"tiktoken-rs-$version"/assets | head -n 1)
+  fi
+  "$ROOT/.venv/bin/python" "$ROOT/tests/sdk/tiktoken_cache.py" "$assets" "$ROOT/.venv/tiktoken-cache"
+}
+
+# Node.js and npm for the official OpenAI JS SDK, from Debian's packages.
+ensure_node() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    log "installing Node.js and npm"
+    apt_install nodejs npm
+  fi
+}
+
+# The official OpenAI JS SDK, pinned in tests/sdk/js/package-lock.json
+# (npm ci, again whenever the lockfile changes).
+ensure_sdk_js() {
+  ensure_node
+  local dir="$ROOT/tests/sdk/js" wanted
+  wanted=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ "$(cat "$dir/node_modules/.lock.sha256" 2>/dev/null)" != "$wanted" ]; then
+    log "installing the OpenAI JS SDK (npm ci in tests/sdk/js)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$wanted" > "$dir/node_modules/.lock.sha256"
   fi
 }
 

@@ -298,6 +298,16 @@ async fn read_form(
             form.files.push((field, upload));
         } else {
             match String::from_utf8(bytes) {
+                // PostgreSQL text cannot hold NUL.
+                Ok(text) if text.contains('\0') => {
+                    refusal = Some(
+                        ValidationError::new(
+                            field,
+                            format!("{field} must not contain NUL characters"),
+                        )
+                        .into(),
+                    );
+                }
                 Ok(text) => form.fields.push((field, text)),
                 Err(_) => {
                     refusal = Some(

@@ -20,6 +20,23 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             "request body must be a JSON object".into(),
         ));
     }
+    // PostgreSQL text cannot hold NUL: refused here, naming the field, for
+    // every JSON body (it would otherwise be a 500 wherever it is stored).
+    if body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000"))
+        && let Some(path) = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|value| nul_path(&value, String::new()))
+    {
+        let param = if path.is_empty() {
+            ".".to_owned()
+        } else {
+            path
+        };
+        return Err(ApiError::InvalidField {
+            message: format!("{param} must not contain NUL characters (\\u0000)"),
+            param,
+        });
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
@@ -35,6 +52,32 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             }
         }
     })
+}
+
+/// The path (`messages[0].content`) of the first string or key holding a
+/// NUL character.
+fn nul_path(value: &serde_json::Value, at: String) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => text.contains('\0').then_some(at),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_path(item, format!("{at}[{i}]"))),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            let path = if at.is_empty() {
+                key.clone()
+            } else {
+                format!("{at}.{key}")
+            };
+            if key.contains('\0') {
+                Some(path)
+            } else {
+                nul_path(item, path)
+            }
+        }),
+        _ => None,
+    }
 }
 
 /// serde's `invalid type: string "2", expected u32 at line 1 column 9` as
@@ -237,6 +280,17 @@ mod tests {
         );
         let err = json_body::<Body>(br#"{"n": -1}"#).unwrap_err();
         assert_eq!(err.to_string(), "n must be a non-negative integer, got -1");
+        #[derive(Debug, serde::Deserialize)]
+        struct Text {
+            #[allow(dead_code)]
+            messages: Vec<serde_json::Value>,
+        }
+        let err = json_body::<Text>(br#"{"messages": [{"content": "a\u0000b"}]}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::InvalidField { param, .. } if param == "messages[0].content"),
+            "{err:?}"
+        );
+        assert!(json_body::<Text>(br#"{"messages": [{"content": "a\\u0000b"}]}"#).is_ok());
         let err = json_body::<Body>(br#"[1]"#).unwrap_err();
         assert_eq!(err.to_string(), "request body must be a JSON object");
         let err = json_body::<unigen_providers::chat::EmbeddingRequest>(br#"{"input": [1.5]}"#)

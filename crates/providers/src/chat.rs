@@ -573,7 +573,7 @@ impl ChatParams {
 
 /// `input` of `POST /embeddings`: a string, an array of strings, an array
 /// of token ids, or an array of such arrays (what LangChain sends).
-#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum EmbeddingInput {
     One(String),
@@ -622,14 +622,6 @@ impl EmbeddingInputs {
                 .collect(),
         }
     }
-
-    /// `input` as an upstream receives it: as the client sent it.
-    pub fn to_json(&self) -> Value {
-        match self {
-            Self::Texts(texts) => json!(texts),
-            Self::Tokens(lists) => json!(lists),
-        }
-    }
 }
 
 /// Body of `POST /embeddings`.
@@ -653,6 +645,8 @@ pub const MAX_EMBEDDING_INPUT_TOKENS: usize = 8192;
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingParams {
     pub inputs: EmbeddingInputs,
+    /// `input` as the client sent it (what an upstream receives).
+    pub sent: EmbeddingInput,
     pub dimensions: Option<u32>,
     /// Answer vectors as base64 little-endian f32.
     pub base64: bool,
@@ -662,11 +656,11 @@ pub struct EmbeddingParams {
 impl EmbeddingRequest {
     pub fn validate(&self) -> Result<EmbeddingParams, ValidationError> {
         let invalid = |message: String| ValidationError::new("input", message);
-        let inputs = match self
+        let sent = self
             .input
             .clone()
-            .ok_or_else(|| ValidationError::new("input", "input is required"))?
-        {
+            .ok_or_else(|| ValidationError::new("input", "input is required"))?;
+        let inputs = match sent.clone() {
             EmbeddingInput::One(text) => EmbeddingInputs::Texts(vec![text]),
             EmbeddingInput::Many(list) => EmbeddingInputs::Texts(list),
             EmbeddingInput::Tokens(ids) => EmbeddingInputs::Tokens(vec![ids]),
@@ -723,6 +717,7 @@ impl EmbeddingRequest {
         };
         Ok(EmbeddingParams {
             inputs,
+            sent,
             dimensions: self.dimensions,
             base64,
             user: self.user.clone(),
@@ -877,6 +872,7 @@ mod tests {
             req.validate().unwrap(),
             EmbeddingParams {
                 inputs: EmbeddingInputs::Texts(vec!["a".to_owned(), "b".to_owned()]),
+                sent: EmbeddingInput::Many(vec!["a".to_owned(), "b".to_owned()]),
                 dimensions: Some(64),
                 base64: false,
                 user: None,

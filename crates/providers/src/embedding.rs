@@ -51,7 +51,7 @@ impl EmbeddingService {
         }
         let mut body = json!({
             "model": model.upstream_model.as_deref().unwrap_or(&model.id),
-            "input": params.inputs.to_json(),
+            "input": params.sent,
         });
         if let Some(dimensions) = params.dimensions {
             body["dimensions"] = json!(dimensions);

@@ -44,6 +44,22 @@ pub struct UsageParams {
 
 impl UsageParams {
     pub fn parse(query: &HashMap<String, String>) -> Result<Self, ValidationError> {
+        // PostgreSQL text cannot hold NUL: a 400 naming the parameter.
+        for name in [
+            "model",
+            "endpoint",
+            "timezone",
+            "api_key_id",
+            "start_date",
+            "end_date",
+        ] {
+            if query.get(name).is_some_and(|v| v.contains('\0')) {
+                return Err(ValidationError::new(
+                    name,
+                    format!("{name} must not contain NUL characters"),
+                ));
+            }
+        }
         // An empty value (`model=`) is the same as leaving the parameter out.
         let get = |name: &str| query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
         let limit = match get("limit") {
