@@ -466,7 +466,17 @@ async fn chat_without_max_tokens_is_capped_to_the_quota_left_and_reports_the_est
     );
     assert_eq!(body["usage"]["quota_multiplier"], 1.0);
 
-    // Leave 30 tokens: a long question is answered within them.
+    // Leave 30 tokens: a long question is answered within them. A block of
+    // tokens the API process still holds (returned after 1 s idle) would
+    // admit requests from memory: wait until it has gone back.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while bucket_state(&app, app.org_id, "chat_tokens").await.1 != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the block never went back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let (used, _) = bucket_state(&app, app.org_id, "chat_tokens").await;
     fill_bucket(&app, app.org_id, "chat_tokens", 2_000_000 - 30).await;
     let long = "word ".repeat(60);

@@ -182,7 +182,7 @@ async fn the_api_answers_503_while_postgres_is_unreachable_and_recovers_by_itsel
         assert_eq!(
             body["error"],
             json!({"message": "the database is unavailable; retry shortly",
-                   "type": "server_error", "code": "service_unavailable"})
+                   "type": "server_error", "code": "service_unavailable", "param": null})
         );
     }
     let (status, body) = json_of(app.client.get(app.url("/readyz")).send().await.unwrap()).await;

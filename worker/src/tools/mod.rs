@@ -164,15 +164,10 @@ pub fn replicate_client<'a>(
 pub async fn run_replicate(
     model: &unigen_core::config::ModelEntry,
     client: &ReplicateClient,
-    mut input: serde_json::Value,
+    input: serde_json::Value,
     model_inputs: Option<&serde_json::Value>,
 ) -> Result<Vec<u8>, ToolError> {
-    if let (Some(extra), Some(input)) = (
-        model_inputs.and_then(|v| v.as_object()),
-        input.as_object_mut(),
-    ) {
-        input.extend(extra.clone());
-    }
+    let input = with_model_inputs(input, model_inputs);
     let upstream_model = model
         .upstream_model
         .clone()
@@ -198,6 +193,25 @@ pub async fn run_replicate(
     Ok(client.download(&url, REPLICATE_MAX_OUTPUT).await?)
 }
 
+/// The prediction input: the validated fields, plus the client's
+/// `model_inputs` for every other field of the model. A validated field
+/// always wins (null included): `duration`, `scale` and the like are what
+/// the job was priced on.
+fn with_model_inputs(
+    mut input: serde_json::Value,
+    model_inputs: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    if let (Some(extra), Some(fields)) = (
+        model_inputs.and_then(|v| v.as_object()),
+        input.as_object_mut(),
+    ) {
+        for (key, value) in extra {
+            fields.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+    }
+    input
+}
+
 /// A stored input as inline data for a Replicate file input, if the request had it.
 pub async fn input_data_uri(
     context: &WorkerContext,
@@ -219,4 +233,22 @@ pub async fn input_data_uri(
         "data:{mime};base64,{}",
         base64::engine::general_purpose::STANDARD.encode(bytes)
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::with_model_inputs;
+
+    #[test]
+    fn model_inputs_add_fields_but_never_override_the_priced_ones() {
+        let validated = json!({"prompt": "calm piano", "duration": 5.0, "seed": null});
+        let client = json!({"duration": 600, "seed": 7, "top_k": 250, "prompt": "other"});
+        assert_eq!(
+            with_model_inputs(validated.clone(), Some(&client)),
+            json!({"prompt": "calm piano", "duration": 5.0, "seed": null, "top_k": 250})
+        );
+        assert_eq!(with_model_inputs(validated.clone(), None), validated);
+    }
 }
