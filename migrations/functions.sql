@@ -173,6 +173,12 @@ BEGIN
         outcome := 'gone';
         RETURN;
     END IF;
+    -- Never more than admission allowed: what was reserved (grown by
+    -- unigen_reserve_more) passed the quota, balance, overage and hard-limit
+    -- checks; a larger measured use (a transcription longer than its probe
+    -- said) is not charged beyond it.
+    credits := least(credits, r.credits);
+    p_milli := least(greatest(p_milli, 0), r.bucket_milli);
     from_included := least(credits, a.included_remaining);
     from_purchased := least(credits - from_included, a.purchased_balance);
     overage := credits - from_included - from_purchased;

@@ -55,6 +55,13 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             settings.jobs.max_attempts,
             Duration::from_secs(settings.knowledge.republish_after_seconds),
         )),
+        Box::new(tasks::dead_letters::DeadLetters::new(
+            pool.clone(),
+            publisher.clone(),
+            Topology::new(&settings.rabbitmq),
+            notifier.clone(),
+            metrics.clone(),
+        )),
         Box::new(tasks::relay::Relay::new(
             pool.clone(),
             publisher,

@@ -103,6 +103,23 @@ impl RawPublisher {
             .expect("the broker's answer");
     }
 
+    /// Puts `payload` straight into `tool`'s dead-letter queue, as the
+    /// broker does with a message no consumer could take.
+    pub async fn dead_letter(&self, tool: &str, payload: &[u8]) {
+        self.channel
+            .basic_publish(
+                self.topology.dead_letter_exchange().into(),
+                tool.into(),
+                lapin::options::BasicPublishOptions::default(),
+                payload,
+                Default::default(),
+            )
+            .await
+            .expect("publishing")
+            .await
+            .expect("the broker's answer");
+    }
+
     /// Messages waiting in `tool`'s dead-letter queue.
     pub async fn dead_letters(&self, tool: &str) -> u32 {
         self.channel
@@ -178,6 +195,8 @@ impl TestApp {
         settings.http.port = 0;
         settings.http.public_base_url = String::new();
         settings.storage.dir = files_dir.clone();
+        // The API and the worker refuse the built-in secret outside dev mode.
+        settings.storage.url_secret = format!("test-{}", Uuid::new_v4().simple());
         settings.worker.tools = unigen_core::domain::Tool::ALL
             .iter()
             .map(|t| t.as_str().to_owned())

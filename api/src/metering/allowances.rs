@@ -41,6 +41,23 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 type Settlement = Result<Settled, DbError>;
 
+/// Runs `work` to its end even when the request awaiting it is dropped (a
+/// client gone mid-request): a block's row and this process's book of it
+/// must agree, or requests would be admitted that no hold covers, or a
+/// block would stay resizing (and reserved) until restart.
+async fn to_completion<T: Send + 'static>(
+    work: impl Future<Output = Result<T, DbError>> + Send + 'static,
+) -> Result<T, DbError> {
+    match tokio::spawn(work).await {
+        Ok(result) => result,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        // The runtime is shutting down.
+        Err(_) => Err(DbError::Query(diesel::result::Error::QueryBuilderError(
+            "the process is shutting down".into(),
+        ))),
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Key {
     org_id: Uuid,
@@ -242,7 +259,7 @@ impl Allowances {
                 .or_insert_with(Allowance::new)
                 .gate
                 .clone();
-            let _turn = gate.lock().await;
+            let turn = gate.clone().lock_owned().await;
             // The entry may have been replaced while we waited.
             let same = self
                 .book()
@@ -255,7 +272,15 @@ impl Allowances {
             if let Some(hold) = self.take_free(key, need) {
                 return Ok(Ok(hold));
             }
-            match self.grow(key, need).await? {
+            // The turn goes with the resize: it is released when the resize
+            // has ended, even if this request was dropped meanwhile.
+            let allowances = self.clone();
+            let grown = to_completion(async move {
+                let _turn = turn;
+                allowances.grow(key, need).await
+            })
+            .await?;
+            match grown {
                 Some(outcome) => return Ok(outcome),
                 // An ended period: a fresh block (with its own gate).
                 None => continue,
@@ -529,7 +554,9 @@ impl Hold {
         }
     }
 
-    /// Charges what the request used (status `success`).
+    /// Charges what the request used (status `success`), never more than
+    /// it was admitted for: what it held passed the quota, balance, overage
+    /// and hard-limit checks.
     pub async fn settle(
         mut self,
         charge: &Charge,
@@ -537,21 +564,25 @@ impl Hold {
         usage: UsageRecord,
     ) -> Result<Settled, DbError> {
         self.open = false;
-        let result = self
-            .allowances
-            .settle(self.share(charge.clone(), multiplier, usage))
-            .await;
-        let used = match &result {
-            Ok(_) => Amount {
-                credits: charge.credits.clamp(0, self.need.credits),
-                milli: charge.bucket_milli.clamp(0, self.need.milli),
-            },
+        let used = Amount {
+            credits: charge.credits.clamp(0, self.need.credits),
+            milli: charge.bucket_milli.clamp(0, self.need.milli),
+        };
+        let capped = Charge {
+            credits: used.credits,
+            bucket_milli: used.milli,
+        };
+        let item = self.share(capped, multiplier, usage);
+        let (allowances, key, id, need) = (self.allowances.clone(), self.key, self.id, self.need);
+        to_completion(async move {
+            let result = allowances.settle(item).await;
             // Unknown whether it committed: count the whole hold as used, so
             // the block is never believed to hold more than its row does.
-            Err(_) => self.need,
-        };
-        self.allowances.finished(self.key, self.id, self.need, used);
-        result
+            let used = if result.is_ok() { used } else { need };
+            allowances.finished(key, id, need, used);
+            result
+        })
+        .await
     }
 
     /// The request failed: nothing is charged; its usage record (status
@@ -565,7 +596,9 @@ impl Hold {
         let item = self.share(nothing, 1.0, usage);
         self.allowances
             .finished(self.key, self.id, self.need, Amount::default());
-        if let Err(err) = self.allowances.settle(item).await {
+        let allowances = self.allowances.clone();
+        let recorded = to_completion(async move { allowances.settle(item).await }).await;
+        if let Err(err) = recorded {
             tracing::warn!(error = %err, "recording a failed request's usage failed");
         }
     }
@@ -587,5 +620,41 @@ impl super::housekeeping::Housekeeping for Allowances {
 
     fn renew(&self) -> impl Future<Output = ()> + Send {
         Allowances::renew(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::{Notify, oneshot};
+
+    use super::to_completion;
+
+    #[tokio::test]
+    async fn work_run_to_completion_ends_even_when_its_request_is_dropped() {
+        let go_on = Arc::new(Notify::new());
+        let (ended, ended_rx) = oneshot::channel();
+        let work = {
+            let go_on = go_on.clone();
+            to_completion(async move {
+                // A settlement or a resize waiting on the database.
+                go_on.notified().await;
+                let _ = ended.send(());
+                Ok(())
+            })
+        };
+        // The request is dropped (a client gone) while the work waits.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), work)
+                .await
+                .is_err()
+        );
+        go_on.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), ended_rx)
+            .await
+            .expect("the work ended")
+            .expect("the work ran to its end");
     }
 }

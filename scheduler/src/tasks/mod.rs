@@ -1,5 +1,6 @@
 pub mod agent_runs;
 pub mod billing;
+pub mod dead_letters;
 pub mod deadlines;
 pub mod knowledge;
 pub mod lease_rescue;

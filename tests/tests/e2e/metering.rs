@@ -1001,3 +1001,58 @@ async fn jobs_submitted_and_finished_together_are_each_charged_once() {
     }
     assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 0);
 }
+
+/// Hardening finding 4: a job's measured use (a transcription longer than
+/// its probe said) is never charged beyond what admission reserved, which
+/// is all the quota, balance, overage and hard-limit checks let through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlement_never_charges_more_than_was_reserved() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    touch_account(&app, &app.key).await;
+    let client = app.db.client().await;
+    let credits_before: i64 = client
+        .query_one(
+            "SELECT included_remaining + purchased_balance FROM billing_accounts WHERE org_id = $1",
+            &[&app.org_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let id = Uuid::now_v7();
+    let row = client
+        .query_one(
+            "SELECT outcome FROM unigen_reserve($1, $2, 3, 'stt_minutes', 3000, now() + interval '1 hour')",
+            &[&app.org_id, &id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "ok");
+    // Settled with 40 times the reservation: 120 credits, 120 minutes.
+    let row = client
+        .query_one(
+            "SELECT outcome, from_included + from_purchased + overage
+               FROM unigen_settle($1, 120, 120000, NULL, '/v1/audio/transcriptions', 'POST', 'local/whisper-tiny-en', 5, '{}', 0, 0)",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "ok");
+    assert_eq!(
+        row.get::<_, i64>(1),
+        3,
+        "charged what was reserved, not more"
+    );
+    let credits_after: i64 = client
+        .query_one(
+            "SELECT included_remaining + purchased_balance FROM billing_accounts WHERE org_id = $1",
+            &[&app.org_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(credits_before - credits_after, 3);
+    assert_eq!(
+        bucket_state(&app, app.org_id, "stt_minutes").await,
+        (3000, 0)
+    );
+}

@@ -160,7 +160,9 @@ async fn a_job_that_lost_its_worker_too_often_fails_with_a_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_and_unreadable_messages_do_not_run_jobs_twice_or_block_the_queue() {
-    let app = TestApp::spawn().await;
+    // No scheduler: it would take the dead letters off their queue (and fail
+    // their jobs, see recovery::a_job_whose_message_was_dead_lettered_...).
+    let app = TestApp::spawn_with(TestOptions::default().without_scheduler()).await;
     let id = app.submit_image_async(&json!({"prompt": "once"})).await;
     app.wait_for_job(&id, Duration::from_secs(30)).await;
 

@@ -63,6 +63,61 @@ async fn a_job_past_its_tool_deadline_fails_with_a_reason_and_frees_its_worker()
     assert_eq!(recorded, 1, "the failure counts in usage analytics");
 }
 
+/// Hardening finding 9: a job whose message was dead-lettered does not stay
+/// `pending` forever with its reservation held: the scheduler fails it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_message_was_dead_lettered_fails_and_releases_its_reservation() {
+    // No worker: the job stays pending, as when no consumer can take it.
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let stranded = app.submit_image_async(&json!({"prompt": "stranded"})).await;
+    let waiting = app
+        .submit_image_async(&json!({"prompt": "still queued"}))
+        .await;
+    let message =
+        json!({"job_id": stranded, "tool": "image", "attempt": app.attempt_of(&stranded).await});
+    let raw = app.raw_publisher().await;
+    raw.dead_letter("image", message.to_string().as_bytes())
+        .await;
+    // An unreadable message is taken off the queue too.
+    raw.dead_letter("image", b"not a job message").await;
+
+    let job = app
+        .wait_for_status(&stranded, "failed", Duration::from_secs(30))
+        .await;
+    assert_eq!(
+        job["errorMessage"],
+        "no worker could take the job (its queue message was dead-lettered)"
+    );
+    assert_eq!(job["actualCredits"], 0);
+    let reserved = app
+        .db
+        .scalar_i64(&format!(
+            "SELECT count(*) FROM reservations WHERE id = '{stranded}'"
+        ))
+        .await;
+    assert_eq!(reserved, 0, "its reservation is released");
+    let events = app.events().await;
+    assert!(
+        events
+            .iter()
+            .any(|(kind, data)| kind == "generation.failed" && data["jobId"] == stranded.as_str()),
+        "{events:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raw.dead_letters("image").await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the dead letters were never taken"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        app.job(&waiting).await["status"],
+        "pending",
+        "other jobs are untouched"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_jobs_and_their_files_are_deleted_after_the_retention_time() {
     let app = TestApp::spawn_with(TestOptions::default().configure(|s| {

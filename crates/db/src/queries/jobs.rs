@@ -362,6 +362,31 @@ pub struct RescuedJob {
     pub attempt: i32,
 }
 
+/// Jobs whose queue message was dead-lettered (no worker could take it):
+/// each still `pending` in the attempt its message carried fails with a
+/// reason. A job claimed, finished or re-published since is left alone.
+pub async fn fail_dead_lettered(
+    conn: &mut AsyncPgConnection,
+    messages: &[(Uuid, i32)],
+) -> Result<Vec<RescuedJob>, DbError> {
+    let ids: Vec<Uuid> = messages.iter().map(|(id, _)| *id).collect();
+    let attempts: Vec<i32> = messages.iter().map(|(_, attempt)| *attempt).collect();
+    Ok(diesel::sql_query(
+        "WITH dead(id, attempt) AS (SELECT * FROM unnest($1::uuid[], $2::int[])), \
+              stranded AS (SELECT j.id FROM jobs j JOIN dead d ON d.id = j.id AND d.attempt = j.attempt \
+                            WHERE j.status = 'pending' ORDER BY j.id FOR UPDATE OF j SKIP LOCKED) \
+         UPDATE jobs SET status = 'failed', \
+             error_message = 'no worker could take the job (its queue message was dead-lettered)', \
+             actual_credits = 0, completed_at = now(), lease_expires_at = NULL \
+         FROM stranded WHERE jobs.id = stranded.id \
+         RETURNING jobs.id, jobs.org_id, jobs.tool, jobs.model, jobs.error_message, jobs.status, jobs.attempt",
+    )
+    .bind::<Array<SqlUuid>, _>(ids)
+    .bind::<Array<Integer>, _>(attempts)
+    .load(conn)
+    .await?)
+}
+
 /// Jobs whose worker stopped renewing its lease: back to `pending` (and
 /// unpublished, so the relay re-publishes them), or `failed` once they used
 /// `max_attempts` claims.
