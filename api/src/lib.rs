@@ -61,6 +61,13 @@ pub async fn spawn(
     mut settings: Settings,
     shutdown: CancellationToken,
 ) -> anyhow::Result<RunningApi> {
+    // File links are signed with it: a forgeable key opens every stored file.
+    settings
+        .check_url_secret()
+        .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
+    if settings.dev_mode {
+        tracing::warn!("dev_mode is on: not for production");
+    }
     let listener = TcpListener::bind((settings.http.host.as_str(), settings.http.port))
         .with_context(|| format!("binding {}:{}", settings.http.host, settings.http.port))?;
     let addr = listener.local_addr()?;

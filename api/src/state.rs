@@ -57,6 +57,8 @@ pub struct Limits {
     pub recheck: Duration,
     /// `http.max_body_bytes`: bodies read by hand (multipart) keep to it too.
     pub max_body: usize,
+    /// `jobs.max_audio_seconds`: the longest audio a transcription accepts.
+    pub max_audio_seconds: f64,
 }
 
 impl Limits {
@@ -66,6 +68,7 @@ impl Limits {
             long_poll: Duration::from_secs(settings.jobs.long_poll_seconds),
             recheck: Duration::from_secs(settings.notify.recheck_seconds.max(1)),
             max_body: settings.http.max_body_bytes,
+            max_audio_seconds: settings.jobs.max_audio_seconds,
         }
     }
 }

@@ -91,6 +91,10 @@ pub fn parse_tools(names: &[String]) -> anyhow::Result<Queues> {
 /// taking work, lets running jobs finish within `worker.grace_seconds`, and
 /// hands back (requeues) whatever is still running.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // The worker signs the URLs of the files it stores, as the API does.
+    settings
+        .check_url_secret()
+        .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
     let Queues { tools, knowledge } = parse_tools(&settings.worker.tools)?;
     let pool = db::build_pool(&settings.database).context("building the database pool")?;
     let (notifier, notifier_task) = Notifier::spawn(

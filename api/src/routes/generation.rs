@@ -136,18 +136,23 @@ pub async fn images_base64(state: &AppState, job: &Job) -> Result<Vec<String>, A
     Ok(encoded)
 }
 
-/// Width and height of an image input, or a 400 naming the field.
+/// Width and height of an image input from its header (no pixels decoded),
+/// or a 400 naming the field: not an image, or a side over
+/// [`MAX_INPUT_SIDE`] (a few bytes of PNG header can declare 60000x60000).
 pub fn image_dimensions(field: &'static str, media: &Media) -> Result<(u32, u32), ApiError> {
-    image::ImageReader::new(std::io::Cursor::new(&media.bytes))
-        .with_guessed_format()
-        .ok()
-        .and_then(|reader| reader.into_dimensions().ok())
-        .ok_or_else(|| {
-            ApiError::Validation(ValidationError::new(
-                field,
-                format!("{field} could not be decoded as an image"),
-            ))
-        })
+    use unigen_core::images::{ImageLimitError, dimensions_bounded};
+    use unigen_core::params::edit::MAX_INPUT_SIDE;
+    dimensions_bounded(&media.bytes, MAX_INPUT_SIDE).map_err(|err| {
+        let message = match err {
+            ImageLimitError::TooLarge { .. } => {
+                format!("{field} must be at most {MAX_INPUT_SIDE}x{MAX_INPUT_SIDE} pixels")
+            }
+            ImageLimitError::Undecodable | ImageLimitError::TooMuchMemory => {
+                format!("{field} could not be decoded as an image")
+            }
+        };
+        ApiError::Validation(ValidationError::new(field, message))
+    })
 }
 
 pub struct Generation<'a> {

@@ -6,11 +6,17 @@ use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::music::MusicGenerationRequest;
 
 use super::generation::{self, Generation, random_seed};
+use super::transcriptions::audio_length;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::routes::params::{json_body, query_bool};
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, job_usage};
+
+/// Longest `source_audio` audio_to_audio accepts, in seconds. The track
+/// uses as much of it as its own length (at most a model's maximum), so ten
+/// minutes leaves room for whole songs and refuses hours of audio.
+const MAX_SOURCE_AUDIO_SECONDS: f64 = 600.0;
 
 /// Generate music from text or from source audio. Async by default.
 #[utoipa::path(
@@ -20,7 +26,7 @@ use crate::views::{AsyncJobCreated, job_usage};
     responses(
         (status = 200, description = "`{created, data: {audio_url, duration_seconds}, model, model_tier, usage}`", body = Object),
         (status = 202, description = "Async job created", body = AsyncJobCreated),
-        (status = 400, description = "prompt missing; duration_seconds above the model maximum", body = ErrorBody),
+        (status = 400, description = "prompt missing; duration_seconds above the model maximum; source_audio not audio or longer than 10 minutes", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "API key does not have required scope: music", body = ErrorBody),
         (status = 500, body = ErrorBody),
@@ -43,6 +49,9 @@ pub async fn create_music_generation(
     let max_duration = model.max_duration_seconds.unwrap_or(47.0);
     let (mut params, media) = request.validate(random_seed(), &model.id, max_duration)?;
     let loaded = generation::fetch_inputs(&state, media).await?;
+    if let Some((field, source)) = loaded.iter().find(|(field, _)| *field == "source_audio") {
+        audio_length(field, &source.bytes, MAX_SOURCE_AUDIO_SECONDS).await?;
+    }
     params.inputs = generation::store_inputs(&state, caller.org_id, loaded).await?;
     let generation = Generation {
         tool: Tool::Music,

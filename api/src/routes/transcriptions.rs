@@ -2,10 +2,10 @@ use std::collections::HashMap;
 
 use actix_web::{HttpRequest, HttpResponse, post, web};
 use serde_json::json;
-use unigen_core::ValidationError;
-use unigen_core::audio::probe_duration;
+use unigen_core::audio::measure_duration;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::transcription::{Transcript, TranscriptionRequest, without_decoding};
+use unigen_core::{ProviderError, ValidationError};
 
 use super::generation::{self, Generation, Uploads};
 use super::multipart::{self, Body, Form, FormSpec};
@@ -71,7 +71,7 @@ pub struct TranscriptionForm {
     responses(
         (status = 200, description = "Transcript (JSON, OpenAI's verbose JSON, text, SRT or WebVTT)", body = Object),
         (status = 202, description = "Async job created", body = AsyncJobCreated),
-        (status = 400, description = "file missing, not audio or too large; an invalid field; an unexpected file in a form", body = ErrorBody),
+        (status = 400, description = "file missing, not audio, too large or longer than `jobs.max_audio_seconds` (default 2 hours); an invalid field; an unexpected file in a form", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "API key does not have required scope: stt", body = ErrorBody),
         (status = 413, description = "The body is larger than the server's limit", body = ErrorBody),
@@ -117,6 +117,33 @@ fn transcription_request(
     Ok((request, uploads))
 }
 
+/// The length in seconds of the audio of `field`, or a 400 naming the field
+/// when it is longer than `limit_seconds` or not readable as the audio its
+/// magic bytes say. Measured by demuxing (no decoding, bounded in time and
+/// memory), so it runs before the request takes a concurrency slot.
+pub(super) async fn audio_length(
+    field: &'static str,
+    bytes: &[u8],
+    limit_seconds: f64,
+) -> Result<f64, ApiError> {
+    match measure_duration(bytes, limit_seconds).await {
+        Ok(seconds) if seconds > limit_seconds => Err(ValidationError::new(
+            field,
+            format!("{field} is longer than {limit_seconds} seconds, the longest audio accepted"),
+        )
+        .into()),
+        Ok(seconds) => Ok(seconds),
+        Err(ProviderError::Permanent(reason)) => Err(ValidationError::new(
+            field,
+            format!("{field} could not be read as audio ({reason})"),
+        )
+        .into()),
+        Err(ProviderError::Transient(reason)) => Err(ApiError::Unavailable(format!(
+            "{field} could not be measured in time ({reason}); try again"
+        ))),
+    }
+}
+
 /// Transcribes (or, with `translation`, translates): validates, stores the
 /// audio, runs the job and renders the transcript in the asked format.
 pub(super) async fn transcribe(
@@ -149,10 +176,12 @@ pub(super) async fn transcribe(
     }
     let loaded = generation::fetch_uploaded_inputs(state, media, uploads).await?;
     // The audio's length sets what is reserved; the worker charges what
-    // the transcription measured. Undecodable audio reserves one minute and
-    // fails in the worker with the decoder's reason.
+    // the transcription measured. Audio longer than `jobs.max_audio_seconds`
+    // or that does not demux as the format its bytes claim is refused here.
     let duration_seconds = match loaded.iter().find(|(field, _)| *field == "file") {
-        Some((_, audio)) => probe_duration(&audio.bytes).await.unwrap_or(60.0),
+        Some((_, audio)) => {
+            audio_length("file", &audio.bytes, state.limits.max_audio_seconds).await?
+        }
         None => 60.0,
     };
     let minutes = (duration_seconds / 60.0).ceil().max(1.0) as i64;

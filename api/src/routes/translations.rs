@@ -58,7 +58,7 @@ pub struct TranslationForm {
     responses(
         (status = 200, description = "English text (JSON, OpenAI's verbose JSON, text, SRT or WebVTT)", body = Object),
         (status = 202, description = "Async job created", body = AsyncJobCreated),
-        (status = 400, description = "file missing, not audio or too large; an invalid field; an unexpected file in a form", body = ErrorBody),
+        (status = 400, description = "file missing, not audio, too large or longer than `jobs.max_audio_seconds` (default 2 hours); an invalid field; an unexpected file in a form", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "API key does not have required scope: stt", body = ErrorBody),
         (status = 413, description = "The body is larger than the server's limit", body = ErrorBody),

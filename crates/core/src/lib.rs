@@ -11,6 +11,7 @@ pub mod domain;
 mod errors;
 pub mod fetch;
 pub mod fonts;
+pub mod images;
 pub mod params;
 pub mod storage;
 pub mod telemetry;

@@ -7,6 +7,8 @@ use std::time::Duration;
 use unigen_core::domain::MAX_KNOWLEDGE_FILE_BYTES as MAX_FILE_BYTES;
 
 use crate::docx;
+
+mod pdf;
 use crate::format::{ExtractError, KnowledgeFormat, MAX_TEXT_BYTES, brief};
 
 const MALFORMED_PDF: &str = "its structure is malformed or uses features that are not supported";
@@ -122,17 +124,17 @@ fn panicked(format: KnowledgeFormat, payload: &(dyn Any + Send)) -> ExtractError
     }
 }
 
+/// Every stream is decompressed through a bounded reader
+/// ([`MAX_PDF_DECODED_BYTES`](crate::format::MAX_PDF_DECODED_BYTES)): see `pdf`.
 fn extract_pdf(bytes: &[u8]) -> Result<String, ExtractError> {
     // pdf-extract panics (asserts, unwraps, index errors) on some malformed PDFs.
-    match catch_unwind(|| pdf_extract::extract_text_from_mem(bytes)) {
+    match catch_unwind(|| pdf::extract(bytes)) {
         Ok(Ok(text)) => Ok(text),
+        Ok(Err(err @ (ExtractError::TooLarge { .. } | ExtractError::Encrypted(_)))) => Err(err),
         Ok(Err(_)) | Err(_) if is_encrypted_pdf(bytes) => {
             Err(ExtractError::Encrypted(KnowledgeFormat::Pdf))
         }
-        Ok(Err(err)) => Err(ExtractError::Corrupt {
-            format: KnowledgeFormat::Pdf,
-            reason: format!("it is damaged or not a valid PDF ({})", brief(&err)),
-        }),
+        Ok(Err(err)) => Err(err),
         Err(payload) => Err(panicked(KnowledgeFormat::Pdf, payload.as_ref())),
     }
 }

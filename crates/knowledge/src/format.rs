@@ -209,6 +209,15 @@ impl Sniffed {
 /// guards against zip bombs and bounds what chunking and embedding cost.
 pub const MAX_TEXT_BYTES: usize = 50 * 1024 * 1024;
 
+/// Cap on what a PDF's streams may decompress to, all kept streams together
+/// (page contents, fonts, forms; images are dropped unread). A few kilobytes
+/// of FlateDecode can expand to gigabytes, so streams are inflated through a
+/// bounded reader and a file over the cap fails with
+/// [`ExtractError::TooLarge`] instead of exhausting the worker's memory. One
+/// extraction's peak memory stays within about three times this cap plus
+/// twice the file.
+pub const MAX_PDF_DECODED_BYTES: usize = 128 * 1024 * 1024;
+
 /// Why a knowledge file yields no text. `Display` is the message shown to the user.
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {

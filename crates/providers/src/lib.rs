@@ -9,6 +9,7 @@ mod http;
 pub mod llm;
 pub mod local;
 pub mod openai;
+mod outputs;
 pub mod replicate;
 pub mod search;
 pub mod turn;

@@ -451,12 +451,17 @@ impl OpenAiClient {
                     })?;
                 images.push(bytes);
             } else if let Some(url) = item["url"].as_str() {
-                let response = self
-                    .http
-                    .get(url)
-                    .send()
-                    .await
-                    .map_err(|e| connection_failure(e).error)?;
+                // The URL comes from the answer: http(s) only, no private
+                // address but the upstream's own origin, capped, timed
+                // (`outputs`). The key is never sent with it.
+                const MAX_IMAGE_BYTES: usize = 64 * 1024 * 1024;
+                const IMAGE_DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
+                let source = super::outputs::OutputSource {
+                    base_url: &self.base_url,
+                    api_key: None,
+                    timeout: IMAGE_DOWNLOAD_TIMEOUT,
+                };
+                let response = source.open(url).await.map_err(|a| a.error)?;
                 if !response.status().is_success() {
                     return Err(ProviderError::Transient(format!(
                         "downloading the upstream image answered {}",
@@ -464,11 +469,9 @@ impl OpenAiClient {
                     )));
                 }
                 images.push(
-                    response
-                        .bytes()
+                    super::outputs::read_capped(response, MAX_IMAGE_BYTES)
                         .await
-                        .map_err(|e| connection_failure(e).error)?
-                        .to_vec(),
+                        .map_err(|a| a.error)?,
                 );
             } else {
                 return Err(ProviderError::Permanent(

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ProviderError;
 use super::http::{self, Attempt, bearer, connection_failure, with_retries};
+use super::outputs::{OutputSource, read_capped};
 use unigen_core::config::UpstreamSettings;
 
 /// Retries of one request (create, one poll, one download) after a transient failure.
@@ -171,44 +172,24 @@ impl ReplicateClient {
         }
     }
 
-    /// Downloads an output file URL (Replicate's delivery URLs) with a size cap (bytes) and the client's timeout.
+    /// Downloads an output file URL (Replicate's delivery URLs) with a size
+    /// cap (bytes, enforced while the body streams) and the client's timeout
+    /// over the whole download. Only http(s), and never a private, loopback
+    /// or link-local address, directly or through a redirect, except the
+    /// configured API's own origin (`outputs`). The key is sent only to the
+    /// API itself.
     pub async fn download(&self, url: &str, max_bytes: usize) -> Result<Vec<u8>, ProviderError> {
-        let parsed = reqwest::Url::parse(url).map_err(|_| {
-            ProviderError::Permanent("Replicate returned an invalid output file URL".into())
-        })?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(ProviderError::Permanent(
-                "Replicate returned an output file that is not an HTTP URL".into(),
-            ));
-        }
-        // Delivery hosts are public; the key only goes to the API itself.
-        let send_key = self.is_api_url(url);
-        let too_large =
-            || Attempt::permanent(format!("the output file is larger than {max_bytes} bytes"));
+        let source = OutputSource {
+            base_url: &self.base_url,
+            api_key: Some(&self.api_key),
+            timeout: self.timeout,
+        };
         with_retries(|| async {
-            let request = self.http.get(parsed.clone());
-            let request = if send_key {
-                self.authorized(request)
-            } else {
-                request
-            };
-            let mut response = request.send().await.map_err(connection_failure)?;
+            let response = source.open(url).await?;
             if !response.status().is_success() {
                 return Err(self.status_failure(response).await);
             }
-            let announced = response.content_length();
-            if announced.is_some_and(|len| len > max_bytes as u64) {
-                return Err(too_large());
-            }
-            let capacity = announced.map_or(0, |len| len as usize).min(max_bytes);
-            let mut body = Vec::with_capacity(capacity);
-            while let Some(chunk) = response.chunk().await.map_err(connection_failure)? {
-                if body.len() + chunk.len() > max_bytes {
-                    return Err(too_large());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(body)
+            read_capped(response, max_bytes).await
         })
         .await
     }
@@ -934,15 +915,102 @@ mod tests {
             answer.extend_from_slice(b"0\r\n\r\n");
             let _ = socket.write_all(&answer).await;
         });
-        let server = MockServer::start().await;
-        let err = client(&server)
-            .download(&format!("http://{address}/file.wav"), 500)
-            .await
-            .unwrap_err();
+        // The file is on the API's own (loopback) origin.
+        let err = ReplicateClient::new(&UpstreamSettings {
+            base_url: format!("http://{address}/v1/"),
+            api_key: KEY.into(),
+            timeout_seconds: 5,
+        })
+        .download(&format!("http://{address}/file.wav"), 500)
+        .await
+        .unwrap_err();
         assert_eq!(
             err,
             ProviderError::Permanent("the output file is larger than 500 bytes".into())
         );
+    }
+
+    #[tokio::test]
+    async fn outputs_on_private_addresses_off_the_api_are_refused_unfetched() {
+        let server = MockServer::start().await;
+        let internal = MockServer::start().await;
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(200).set_body_bytes(b"secret".to_vec()))
+            .mount(&internal)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/delivery/moved.png"))
+            .respond_with(
+                ResponseTemplate::new(302)
+                    .insert_header("Location", format!("{}/secret", internal.uri()).as_str()),
+            )
+            .mount(&server)
+            .await;
+        let client = client(&server);
+        for url in [
+            format!("{}/secret", internal.uri()),
+            "http://169.254.169.254/latest/meta-data/iam/".to_owned(),
+            format!("{}/delivery/moved.png", server.uri()),
+        ] {
+            let started = Instant::now();
+            let err = client.download(&url, 1000).await.unwrap_err();
+            let ProviderError::Permanent(message) = &err else {
+                panic!("{url}: a refusal is permanent: {err:?}");
+            };
+            assert!(
+                message.contains("private, loopback or link-local address"),
+                "{url}: {message}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(2), "{url}");
+        }
+        assert!(internal.received_requests().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_endless_output_is_cut_at_the_cap_without_reading_on() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counted = sent.clone();
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = vec![0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+            socket.write_all(head).await.unwrap();
+            let mut chunk = b"4000\r\n".to_vec();
+            chunk.extend_from_slice(&[3u8; 0x4000]);
+            chunk.extend_from_slice(b"\r\n");
+            // Until the client hangs up (or far past anything it should read).
+            while counted.load(Ordering::Relaxed) < 1 << 30 {
+                if socket.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                counted.fetch_add(0x4000, Ordering::Relaxed);
+            }
+        });
+        let client = ReplicateClient::new(&UpstreamSettings {
+            base_url: format!("http://{address}/v1"),
+            api_key: KEY.into(),
+            timeout_seconds: 10,
+        });
+        let err = client
+            .download(&format!("http://{address}/endless.mp4"), 1 << 20)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ProviderError::Permanent("the output file is larger than 1048576 bytes".into())
+        );
+        tokio::time::timeout(Duration::from_secs(5), served)
+            .await
+            .expect("the download hung up")
+            .unwrap();
+        // The cap plus what sat in socket buffers, not the gigabyte on offer.
+        assert!(sent.load(Ordering::Relaxed) < 64 << 20, "{sent:?}");
     }
 
     #[tokio::test]

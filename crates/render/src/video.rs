@@ -38,6 +38,8 @@ use tokio::process::{Child, Command};
 use super::render::{self, RenderSpec, RenderStyle};
 use crate::random::{Rng, fnv1a};
 use unigen_core::ProviderError;
+use unigen_core::audio;
+use unigen_core::fetch::MediaKind;
 
 /// What the video is made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,7 +259,9 @@ async fn encode_animation(
         },
     };
     let output = TempFile::new("mp4");
-    let mut args = words("-hide_banner -loglevel error -nostats -f rawvideo -pix_fmt rgb24");
+    let mut args = words(
+        "-hide_banner -loglevel error -nostats -protocol_whitelist pipe -f rawvideo -pix_fmt rgb24",
+    );
     args.extend([
         "-s".to_owned(),
         format!("{}x{}", spec.width, spec.height),
@@ -687,11 +691,12 @@ async fn restyle_video(
     progress: &(dyn Fn(u8) + Send + Sync),
 ) -> Result<Vec<u8>, ProviderError> {
     let source = spec.source_video.unwrap_or_default();
+    let demuxer = source_demuxer(source)?;
     let input = TempFile::new("src");
     tokio::fs::write(&input.0, source)
         .await
         .map_err(|e| ProviderError::Transient(format!("cannot write temporary video file: {e}")))?;
-    check_decodable(&input).await?;
+    check_decodable(demuxer, &input).await?;
 
     let (w, h, fps) = (spec.width, spec.height, spec.fps);
     let mut chain = vec![
@@ -725,12 +730,8 @@ async fn restyle_video(
     let output = TempFile::new("mp4");
     let mut args =
         words("-hide_banner -loglevel error -nostdin -nostats -progress pipe:1 -stream_loop -1");
-    args.extend([
-        "-i".into(),
-        input.path_str(),
-        "-filter_complex".into(),
-        graph,
-    ]);
+    args.extend(source_input(demuxer, &input));
+    args.extend(["-filter_complex".into(), graph]);
     args.extend([
         "-map".into(),
         "[out]".into(),
@@ -769,12 +770,34 @@ fn loop_fade_frames(width: u32, height: u32, fps: u32, frames: u32) -> u32 {
     (fps / 2).min(frames / 4).min(by_memory)
 }
 
+/// The ffmpeg demuxer of the source video, from its magic bytes: ffmpeg is
+/// never left to guess (a guessed playlist or concat script would open other
+/// files).
+fn source_demuxer(source: &[u8]) -> Result<&'static str, ProviderError> {
+    audio::demuxer_for(source, MediaKind::Video).ok_or_else(|| {
+        ProviderError::Permanent(
+            "source video could not be decoded: it is not an MP4, MOV or WebM file".into(),
+        )
+    })
+}
+
+/// `-protocol_whitelist file,pipe -f <demuxer> -i <input>`: the source is
+/// read as the format its bytes named, and may open no other file or URL.
+fn source_input(demuxer: &str, input: &TempFile) -> Vec<String> {
+    let mut args: Vec<String> = audio::untrusted_input_options(demuxer)
+        .iter()
+        .map(|&a| a.to_owned())
+        .collect();
+    args.extend(["-i".to_owned(), input.path_str()]);
+    args
+}
+
 /// Decodes the first video frame (shrunk to 16x16 grey) to prove the source
 /// is a video ffmpeg can read, so bad uploads get a clear Permanent error
 /// instead of an obscure one from the full filter graph.
-async fn check_decodable(input: &TempFile) -> Result<(), ProviderError> {
-    let mut args = words("-hide_banner -loglevel error -nostdin -i");
-    args.push(input.path_str());
+async fn check_decodable(demuxer: &str, input: &TempFile) -> Result<(), ProviderError> {
+    let mut args = words("-hide_banner -loglevel error -nostdin");
+    args.extend(source_input(demuxer, input));
     args.extend(words(
         "-map 0:v:0 -frames:v 1 -vf scale=16:16 -pix_fmt gray -f rawvideo pipe:1",
     ));
@@ -1372,6 +1395,68 @@ mod tests {
                 Err(ProviderError::Permanent(_))
             ));
         }
+    }
+
+    /// Hardening finding 7: the source is read with the demuxer its magic
+    /// bytes name, and may open only files and pipes; frames we render
+    /// come in on a pipe alone.
+    #[tokio::test]
+    async fn source_videos_are_read_as_their_sniffed_format_only() {
+        let input = TempFile::new("src");
+        let path = input.path_str();
+        assert_eq!(
+            source_input("matroska", &input),
+            [
+                "-protocol_whitelist",
+                "file,pipe",
+                "-f",
+                "matroska",
+                "-i",
+                path.as_str()
+            ]
+        );
+        assert_eq!(source_demuxer(b"\0\0\0\x18ftypisom\0\0\0\0"), Ok("mov"));
+        assert_eq!(source_demuxer(b"\0\0\0\x14ftypqt  \0\0\0\0"), Ok("mov"));
+        assert_eq!(
+            source_demuxer(b"\x1a\x45\xdf\xa3\x9f\x42\x86"),
+            Ok("matroska")
+        );
+        let playlist = b"#EXTM3U\n#EXTINF:1,\nfile:///etc/passwd\n#EXT-X-ENDLIST\n";
+        assert!(source_demuxer(playlist).is_err());
+        let spec = VideoSpec {
+            mode: VideoMode::VideoToVideo,
+            source_video: Some(playlist),
+            ..text_spec("x", 64, 64, 30, 1.0)
+        };
+        match generate(&spec, &|_| {}).await {
+            Err(ProviderError::Permanent(m)) => assert!(m.contains("could not be decoded"), "{m}"),
+            other => panic!("expected a permanent error, got {other:?}"),
+        }
+
+        // A WebM source is read by the matroska demuxer.
+        let webm = TempFile::new("webm");
+        let status = std::process::Command::new("ffmpeg")
+            .args([
+                "-v",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=size=96x64:rate=10",
+            ])
+            .args(["-t", "1", "-c:v", "libvpx", "-f", "webm", "-y"])
+            .arg(&webm.0)
+            .status()
+            .expect("ffmpeg runs");
+        assert!(status.success());
+        let source = std::fs::read(&webm.0).unwrap();
+        let video = make(&VideoSpec {
+            mode: VideoMode::VideoToVideo,
+            source_video: Some(&source),
+            ..text_spec("cold", 64, 64, 10, 0.5)
+        })
+        .await;
+        assert_clip(&video, 64, 64, 10, 0.5);
     }
 
     #[test]

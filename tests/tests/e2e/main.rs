@@ -3,11 +3,14 @@
 
 mod agent_runs;
 mod agents;
+mod audio_bombs;
 mod auth;
+mod bombs;
 mod chat;
 mod clients;
 mod events;
 mod faults;
+mod files;
 mod hardening;
 mod images;
 mod jobs;
@@ -24,6 +27,7 @@ mod ops;
 mod pipeline;
 mod recovery;
 mod replicate;
+mod replicate_outputs;
 mod tenancy;
 mod tools;
 mod usage;

@@ -46,6 +46,23 @@ fn undecodable(field: &str) -> ToolError {
     )))
 }
 
+/// An input image decoded within the input limits (the API checked the
+/// header already; the stored bytes are decoded here with the same caps).
+fn decode_input(field: &str, bytes: &[u8]) -> Result<image::DynamicImage, ToolError> {
+    use unigen_core::images::{ImageLimitError, MAX_DECODE_ALLOC, decode_bounded};
+    use unigen_core::params::edit::MAX_INPUT_SIDE;
+    decode_bounded(bytes, MAX_INPUT_SIDE, MAX_DECODE_ALLOC).map_err(|err| match err {
+        ImageLimitError::Undecodable => undecodable(field),
+        too_large => ToolError::Provider(ProviderError::Permanent(format!(
+            "the {field} is too large: {too_large}"
+        ))),
+    })
+}
+
+/// Largest side accepted from an upstream edit (a 4x super-resolution of the
+/// largest input).
+const UPSTREAM_MAX_SIDE: u32 = 4 * unigen_core::params::edit::MAX_INPUT_SIDE;
+
 pub async fn run(
     context: &WorkerContext,
     job: &Job,
@@ -64,10 +81,10 @@ pub async fn run(
     progress.report(10).await;
     let png = params.output_is_png();
     let (bytes, width, height) = blocking(move || {
-        let image = image::load_from_memory(&image_bytes).map_err(|_| undecodable("image"))?;
+        let image = decode_input("image", &image_bytes)?;
         let mask = match mask_bytes {
             Some(bytes) => Some(edit_mask(
-                &image::load_from_memory(&bytes).map_err(|_| undecodable("mask"))?,
+                &decode_input("mask", &bytes)?,
                 params.mask_from_alpha,
             )),
             None => None,
@@ -136,7 +153,12 @@ async fn run_replicate_edit(
     }
     let bytes = super::run_replicate(model, client, body, params.model_inputs.as_ref()).await?;
     let format = image::guess_format(&bytes).map_err(|_| undecodable("upstream result"))?;
-    let decoded = image::load_from_memory(&bytes).map_err(|_| undecodable("upstream result"))?;
+    let decoded = unigen_core::images::decode_bounded(
+        &bytes,
+        UPSTREAM_MAX_SIDE,
+        4 * unigen_core::images::MAX_DECODE_ALLOC,
+    )
+    .map_err(|_| undecodable("upstream result"))?;
     // JPEG and PNG are kept as they came; anything else is stored as PNG.
     let (name, bytes) = match format {
         image::ImageFormat::Jpeg => ("0.jpg", bytes),

@@ -14,6 +14,9 @@ use crate::error::ToolError;
 use crate::progress::Progress;
 use crate::registry::ToolOutput;
 
+/// Largest side accepted from an upstream image model.
+const UPSTREAM_MAX_SIDE: u32 = 8192;
+
 pub async fn run(
     context: &WorkerContext,
     job: &Job,
@@ -69,13 +72,17 @@ async fn run_upstream(
     let images = client.generate_images(&body).await?;
     let mut stored = Vec::with_capacity(images.len());
     for (index, bytes) in images.into_iter().enumerate() {
-        let (width, height) = image::load_from_memory(&bytes)
-            .map(|img| (img.width(), img.height()))
-            .map_err(|_| {
-                ToolError::Provider(unigen_core::ProviderError::Permanent(
-                    "the upstream image could not be decoded".into(),
-                ))
-            })?;
+        let (width, height) = unigen_core::images::decode_bounded(
+            &bytes,
+            UPSTREAM_MAX_SIDE,
+            4 * unigen_core::images::MAX_DECODE_ALLOC,
+        )
+        .map(|img| (img.width(), img.height()))
+        .map_err(|_| {
+            ToolError::Provider(unigen_core::ProviderError::Permanent(
+                "the upstream image could not be decoded".into(),
+            ))
+        })?;
         let key = store_output(context, job, &format!("{index}.png"), bytes).await?;
         stored.push(json!({ "file": key, "width": width, "height": height }));
     }

@@ -51,8 +51,11 @@ pub async fn run(
             actual_credits: job.estimated_credits,
         });
     }
+    // The track loops or cuts the source to its own length, so only that
+    // much is decoded: a long source never becomes minutes of samples.
+    let used_seconds = params.duration_seconds.min(music::MAX_DURATION_SECONDS);
     let source = match input(context, &params.inputs, "source_audio").await? {
-        Some(bytes) => Some(audio::decode_to_pcm(bytes, SAMPLE_RATE).await?),
+        Some(bytes) => Some(audio::decode_to_pcm(bytes, SAMPLE_RATE, used_seconds).await?),
         None => None,
     };
     super::retry_transient(|| context.local.simulate_conditions()).await?;

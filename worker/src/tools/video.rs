@@ -57,10 +57,18 @@ pub async fn run(
     let source_image = match input(context, &params.inputs, "source_image").await? {
         Some(bytes) => Some(
             super::blocking(move || {
-                image::load_from_memory(&bytes).map_err(|_| {
-                    ToolError::Provider(ProviderError::Permanent(
-                        "the source_image could not be decoded".into(),
-                    ))
+                unigen_core::images::decode_bounded(
+                    &bytes,
+                    unigen_core::params::edit::MAX_INPUT_SIDE,
+                    unigen_core::images::MAX_DECODE_ALLOC,
+                )
+                .map_err(|err| {
+                    ToolError::Provider(ProviderError::Permanent(match err {
+                        unigen_core::images::ImageLimitError::Undecodable => {
+                            "the source_image could not be decoded".into()
+                        }
+                        too_large => format!("the source_image is too large: {too_large}"),
+                    }))
                 })
             })
             .await?,

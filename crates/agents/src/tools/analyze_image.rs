@@ -5,12 +5,10 @@
 //! the image at all, so without them an offline answer would say nothing.
 
 use std::collections::HashMap;
-use std::io::Cursor;
 
 use base64::Engine;
 use chrono::Utc;
 use image::imageops::FilterType;
-use image::{ImageReader, Limits};
 use serde_json::{Value, json};
 
 use super::args::Args;
@@ -209,21 +207,13 @@ impl ImageFacts {
 /// Decodes and measures an image; `None` if it does not decode within the
 /// limits. Blocking CPU work.
 pub(super) fn measure(bytes: &[u8]) -> Option<ImageFacts> {
-    let mut reader = ImageReader::new(Cursor::new(bytes))
-        .with_guessed_format()
-        .ok()?;
-    let format = match reader.format()? {
+    let format = match unigen_core::images::guessed_format(bytes)? {
         image::ImageFormat::Png => "png",
         image::ImageFormat::Jpeg => "jpeg",
         image::ImageFormat::WebP => "webp",
         _ => return None,
     };
-    let mut limits = Limits::default();
-    limits.max_image_width = Some(MAX_SIDE);
-    limits.max_image_height = Some(MAX_SIDE);
-    limits.max_alloc = Some(MAX_DECODE_BYTES);
-    reader.limits(limits);
-    let image = reader.decode().ok()?;
+    let image = unigen_core::images::decode_bounded(bytes, MAX_SIDE, MAX_DECODE_BYTES).ok()?;
     let (width, height) = (image.width(), image.height());
     // Nearest-neighbour sampling keeps the image's true colours; a
     // smoothing filter would invent blends at every edge.

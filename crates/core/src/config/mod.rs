@@ -39,8 +39,17 @@ pub fn validate_channel(name: &str) -> Result<(), String> {
 
 const DEFAULTS: &str = include_str!("../../../../config/default.toml");
 
+/// The `storage.url_secret` of `config/default.toml`. It is public, so file
+/// links signed with it can be forged: only `dev_mode` accepts it.
+pub const DEFAULT_URL_SECRET: &str = "dev-insecure-change-me";
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {
+    /// `dev_mode`: a local development stack (`scripts/dev-up` sets it).
+    /// Only then may the API and the worker sign file URLs with the
+    /// built-in [`DEFAULT_URL_SECRET`] (see [`Settings::check_url_secret`]).
+    #[serde(default)]
+    pub dev_mode: bool,
     pub database: DatabaseSettings,
     pub rabbitmq: RabbitSettings,
     pub http: HttpSettings,
@@ -170,7 +179,8 @@ pub struct FetchSettings {
 }
 
 /// `[jobs]`: `sync_wait_seconds`, `long_poll_seconds`, `lease_seconds`,
-/// `max_attempts`, `max_run_seconds.<tool>`, `retention_seconds`.
+/// `max_attempts`, `max_run_seconds.<tool>`, `retention_seconds`,
+/// `max_audio_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct JobSettings {
     pub sync_wait_seconds: u64,
@@ -184,6 +194,17 @@ pub struct JobSettings {
     /// Finished jobs (and their files) are deleted this long after they
     /// finished; 0 keeps them forever.
     pub retention_seconds: u64,
+    /// Longest audio a transcription or translation accepts, in seconds;
+    /// longer audio is refused at submission (400 naming `file`).
+    #[serde(default = "default_max_audio_seconds")]
+    pub max_audio_seconds: f64,
+}
+
+/// `jobs.max_audio_seconds` when the file does not set it: two hours.
+pub const DEFAULT_MAX_AUDIO_SECONDS: f64 = 7200.0;
+
+fn default_max_audio_seconds() -> f64 {
+    DEFAULT_MAX_AUDIO_SECONDS
 }
 
 /// The deadline of a tool missing from `jobs.max_run_seconds`.
@@ -364,6 +385,29 @@ pub struct ModelEntry {
 }
 
 impl Settings {
+    /// Refuses to sign file URLs with a forgeable key: an empty
+    /// `storage.url_secret`, or the built-in [`DEFAULT_URL_SECRET`] outside
+    /// `dev_mode`. The API and the worker (the processes that sign URLs)
+    /// call it before they start; the message names the settings to change.
+    pub fn check_url_secret(&self) -> Result<(), String> {
+        let secret = self.storage.url_secret.as_str();
+        let how = "set a long random secret with UNIGEN__STORAGE__URL_SECRET \
+                   (e.g. `openssl rand -hex 32`) or storage.url_secret in the UNIGEN_CONFIG file";
+        if secret.trim().is_empty() {
+            return Err(format!(
+                "storage.url_secret is empty, so anyone could forge file links: {how}"
+            ));
+        }
+        if secret == DEFAULT_URL_SECRET && !self.dev_mode {
+            return Err(format!(
+                "storage.url_secret is the built-in default ({DEFAULT_URL_SECRET:?}), so anyone \
+                 could forge file links: {how}; on a local development stack only, set \
+                 dev_mode = true (UNIGEN__DEV_MODE=true, as scripts/dev-up does) to accept it"
+            ));
+        }
+        Ok(())
+    }
+
     /// Loads defaults, the optional `UNIGEN_CONFIG` file and the environment.
     pub fn load() -> Result<Self, config::ConfigError> {
         let file = std::env::var("UNIGEN_CONFIG").ok();
@@ -456,6 +500,9 @@ impl Settings {
         if self.jobs.max_attempts < 1 {
             return bad("jobs.max_attempts must be at least 1".into());
         }
+        if !(self.jobs.max_audio_seconds.is_finite() && self.jobs.max_audio_seconds >= 1.0) {
+            return bad("jobs.max_audio_seconds must be at least 1".into());
+        }
         for (tool, seconds) in &self.jobs.max_run_seconds {
             if tool.parse::<crate::domain::Tool>().is_err() {
                 return bad(format!(
@@ -536,6 +583,33 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_url_secret_is_refused_outside_dev_mode() {
+        let settings = Settings::load_with(None, &[]).unwrap();
+        assert_eq!(settings.storage.url_secret, DEFAULT_URL_SECRET);
+        assert!(!settings.dev_mode);
+        let message = settings.check_url_secret().unwrap_err();
+        assert!(message.contains("storage.url_secret"), "{message}");
+        assert!(message.contains("UNIGEN__STORAGE__URL_SECRET"), "{message}");
+        assert!(message.contains("UNIGEN__DEV_MODE=true"), "{message}");
+
+        let dev = Settings::load_with(None, &[("dev_mode", true.into())]).unwrap();
+        assert!(dev.dev_mode);
+        assert_eq!(dev.check_url_secret(), Ok(()));
+
+        let secret = "0f9c2a7d3e1b4c5a69788d7e6f5a4b3c";
+        let set = Settings::load_with(None, &[("storage.url_secret", secret.into())]).unwrap();
+        assert_eq!(set.check_url_secret(), Ok(()));
+
+        // An empty key is forgeable too, dev mode or not.
+        let empty = Settings::load_with(
+            None,
+            &[("storage.url_secret", "".into()), ("dev_mode", true.into())],
+        )
+        .unwrap();
+        assert!(empty.check_url_secret().unwrap_err().contains("empty"));
+    }
 
     #[test]
     fn defaults_load_and_overrides_apply() {
