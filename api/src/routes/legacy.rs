@@ -26,7 +26,8 @@ use crate::state::AppState;
 fn envelope_error(err: &ApiError, started: Instant) -> HttpResponse {
     let status = err.status_code();
     let (code, field) = match err {
-        ApiError::Validation(v) => ("invalid_request", Some(v.field)),
+        ApiError::Validation(v) => ("invalid_request", Some(v.field.to_owned())),
+        ApiError::InvalidField { param, .. } => ("invalid_request", Some(param.clone())),
         other => (other.code(), None),
     };
     if let ApiError::Internal(cause) = err {

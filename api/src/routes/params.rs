@@ -11,6 +11,19 @@ use crate::error::ApiError;
 /// JSON body -> `T`. A type error names the field in `param` (its path:
 /// `n`, `messages[0].content`) and says in plain words what it must be.
 pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    // serde does not check the UTF-8 of the strings it skips (unknown
+    // fields); JSON text is UTF-8 (RFC 8259), so the whole body must be.
+    if let Err(err) = std::str::from_utf8(body) {
+        return Err(ApiError::BadRequest(format!(
+            "request body is not valid JSON: invalid UTF-8 at byte {}",
+            err.valid_up_to()
+        )));
+    }
+    if nesting_depth(body) > MAX_NESTING {
+        return Err(ApiError::BadRequest(format!(
+            "request body is not valid JSON: nested deeper than {MAX_NESTING} levels"
+        )));
+    }
     // serde reads a struct from an array too (by position): a body that is
     // JSON but not an object is refused up front.
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
@@ -52,6 +65,36 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             }
         }
     })
+}
+
+/// Deepest nesting of objects and arrays a body may have (serde's own limit
+/// for the fields it reads; it skips unknown fields without one).
+const MAX_NESTING: usize = 128;
+
+/// How deep objects and arrays nest in `body` (strings skipped).
+fn nesting_depth(body: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &byte in body {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// The path (`messages[0].content`) of the first string or key holding a
@@ -291,6 +334,15 @@ mod tests {
             "{err:?}"
         );
         assert!(json_body::<Text>(br#"{"messages": [{"content": "a\\u0000b"}]}"#).is_ok());
+        let err = json_body::<Body>(b"{\"other\": \"\xff\"}").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "request body is not valid JSON: invalid UTF-8 at byte 11"
+        );
+        let deep = format!("{{\"other\": {}{}}}", "[".repeat(200), "]".repeat(200));
+        let err = json_body::<Body>(deep.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("nested deeper than 128"), "{err}");
+        assert_eq!(nesting_depth(br#"{"a": "[[[{{{", "b": [{"c": "\"]"}]}"#), 3);
         let err = json_body::<Body>(br#"[1]"#).unwrap_err();
         assert_eq!(err.to_string(), "request body must be a JSON object");
         let err = json_body::<unigen_providers::chat::EmbeddingRequest>(br#"{"input": [1.5]}"#)

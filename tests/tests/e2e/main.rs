@@ -5,6 +5,7 @@ mod agent_runs;
 mod agents;
 mod audio_bombs;
 mod auth;
+mod bad_input;
 mod bombs;
 mod chat;
 mod clients;
