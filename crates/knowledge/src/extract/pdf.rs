@@ -100,6 +100,7 @@ pub(super) fn extract(bytes: &[u8]) -> Result<String, ExtractError> {
     decode_all(&mut doc, &mut budget).map_err(|TooLarge| too_large())?;
     unpack_object_streams(&mut doc);
     check_page_contents(&doc).map_err(|TooLarge| too_large())?;
+    check_form_nesting(&doc)?;
 
     let mut text = LimitedText::default();
     let outcome = {
@@ -329,6 +330,140 @@ fn unpack_object_streams(doc: &mut Document) {
 
 /// A page's content is its streams concatenated, and a `/Contents` array may
 /// name one stream many times: the concatenation is bounded too.
+/// Most drawings of form XObjects (`Do`) the text extraction may follow in
+/// one file, nested drawings included.
+const MAX_FORM_DRAWINGS: u64 = 100_000;
+
+/// pdf-extract draws a form XObject (`Do`) by recursing into it with no
+/// cycle check: a form that draws itself (directly or through others)
+/// overflows the stack, which aborts the whole worker; forms that draw each
+/// other many times over take unbounded time. Both are refused here, before
+/// extraction. A form without its own resources uses its caller's: it is
+/// taken to reach every XObject of every resources dictionary naming it.
+fn check_form_nesting(doc: &Document) -> Result<(), ExtractError> {
+    let refused = |reason: &str| ExtractError::Corrupt {
+        format: KnowledgeFormat::Pdf,
+        reason: reason.to_owned(),
+    };
+    let forms: BTreeMap<ObjectId, &Stream> = doc
+        .objects
+        .iter()
+        .filter_map(|(id, object)| Some((*id, object.as_stream().ok()?)))
+        .filter(|(_, stream)| {
+            stream.dict.get(b"Subtype").and_then(Object::as_name).ok() == Some(b"Form".as_slice())
+        })
+        .collect();
+    // Every resources dictionary's XObjects, and the forms it names.
+    let mut named_by: BTreeMap<ObjectId, Vec<usize>> = BTreeMap::new();
+    let mut all_resources: Vec<Vec<ObjectId>> = Vec::new();
+    for object in doc.objects.values() {
+        let dict = match object {
+            Object::Dictionary(dict) => dict,
+            Object::Stream(stream) => &stream.dict,
+            _ => continue,
+        };
+        if let Ok(resources) = dict.get(b"Resources") {
+            all_resources.push(xobjects(doc, resources));
+        }
+    }
+    for (index, xobjects) in all_resources.iter().enumerate() {
+        for id in xobjects {
+            named_by.entry(*id).or_default().push(index);
+        }
+    }
+    let edges = |form: &Stream, id: ObjectId| -> Vec<ObjectId> {
+        let targets = match form.dict.get(b"Resources") {
+            Ok(resources) => xobjects(doc, resources),
+            Err(_) => named_by
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .flat_map(|&index| all_resources[index].iter().copied())
+                .collect(),
+        };
+        targets
+            .into_iter()
+            .filter(|t| forms.contains_key(t))
+            .collect()
+    };
+    // Drawings one `Do` of each form causes, itself included (memoised
+    // depth-first walk; a form met again on the walk's path is a loop).
+    let mut drawings: BTreeMap<ObjectId, u64> = BTreeMap::new();
+    let mut on_path: Vec<ObjectId> = Vec::new();
+    let mut stack: Vec<(ObjectId, bool)> = forms.keys().map(|id| (*id, false)).collect();
+    while let Some((id, children_done)) = stack.pop() {
+        if drawings.contains_key(&id) {
+            continue;
+        }
+        let targets = edges(forms[&id], id);
+        if children_done {
+            on_path.retain(|p| *p != id);
+            let deepest = targets.iter().map(|t| drawings[t]).max().unwrap_or(0);
+            let total = 1 + count_drawings(&forms[&id].content).saturating_mul(deepest);
+            if total > MAX_FORM_DRAWINGS {
+                return Err(refused("its drawings are nested too many times over"));
+            }
+            drawings.insert(id, total);
+            continue;
+        }
+        if on_path.contains(&id) {
+            return Err(refused("its drawings are nested in a loop"));
+        }
+        on_path.push(id);
+        stack.push((id, true));
+        for target in targets {
+            if on_path.contains(&target) {
+                return Err(refused("its drawings are nested in a loop"));
+            }
+            if !drawings.contains_key(&target) {
+                stack.push((target, false));
+            }
+        }
+    }
+    let deepest = drawings.values().copied().max().unwrap_or(0);
+    let mut total = 0u64;
+    for page in doc.get_pages().into_values() {
+        let content = doc.get_page_content(page).unwrap_or_default();
+        total = total.saturating_add(count_drawings(&content).saturating_mul(deepest));
+    }
+    if total > MAX_FORM_DRAWINGS {
+        return Err(refused("its drawings are nested too many times over"));
+    }
+    Ok(())
+}
+
+/// The object ids of the XObjects a resources dictionary (or a reference
+/// to one) names.
+fn xobjects(doc: &Document, resources: &Object) -> Vec<ObjectId> {
+    let resolve = |object: &Object| match object {
+        Object::Reference(id) => doc.get_object(*id).ok().cloned(),
+        other => Some(other.clone()),
+    };
+    let Some(Object::Dictionary(resources)) = resolve(resources) else {
+        return Vec::new();
+    };
+    let Some(Object::Dictionary(xobjects)) = resources.get(b"XObject").ok().and_then(resolve)
+    else {
+        return Vec::new();
+    };
+    xobjects
+        .iter()
+        .filter_map(|(_, value)| value.as_reference().ok())
+        .collect()
+}
+
+/// `Do` operators in a content stream (0 when it does not parse: then
+/// pdf-extract does not draw it either).
+fn count_drawings(content: &[u8]) -> u64 {
+    Content::decode(content).map_or(0, |content| {
+        content
+            .operations
+            .iter()
+            .filter(|op| op.operator == "Do")
+            .count() as u64
+    })
+}
+
 fn check_page_contents(doc: &Document) -> Result<(), TooLarge> {
     for page in doc.get_pages().into_values() {
         let mut budget = Budget::new(MAX_PDF_DECODED_BYTES);
@@ -603,12 +738,17 @@ mod tests {
     /// and whose further objects, numbered from 5, are `streams`
     /// (`(extra dictionary entries, data)`), written as FlateDecode streams.
     fn pdf(contents: &str, streams: &[(&str, Vec<u8>)]) -> Vec<u8> {
+        pdf_with_resources("/Font << /F1 4 0 R >>", contents, streams)
+    }
+
+    /// [`pdf`] with the page's resources dictionary entries given.
+    fn pdf_with_resources(resources: &str, contents: &str, streams: &[(&str, Vec<u8>)]) -> Vec<u8> {
         let mut objects: Vec<Vec<u8>> = vec![
             b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
             b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
             format!(
                 "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] \
-                 /Resources << /Font << /F1 4 0 R >> >> /Contents {contents} >>"
+                 /Resources << {resources} >> /Contents {contents} >>"
             )
             .into_bytes(),
             b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
@@ -645,6 +785,79 @@ mod tests {
     }
 
     const TEXT: &[u8] = b"BT /F1 12 Tf 72 720 Td (Hello knowledge) Tj ET";
+
+    const FORM: &str = "/Type /XObject /Subtype /Form /BBox [0 0 612 792]";
+
+    #[test]
+    fn knowledge_pdf_forms_drawing_themselves_are_refused_not_a_stack_overflow() {
+        // The page draws form X (object 6); X draws itself through its own
+        // resources. pdf-extract would recurse until the stack overflows.
+        let looping = pdf_with_resources(
+            "/Font << /F1 4 0 R >> /XObject << /X 6 0 R >>",
+            "5 0 R",
+            &[
+                ("", zlib(b"/X Do")),
+                (
+                    &format!("{FORM} /Resources << /XObject << /X 6 0 R >> >>"),
+                    zlib(b"/X Do"),
+                ),
+            ],
+        );
+        let err = extract_text(KnowledgeFormat::Pdf, &looping).unwrap_err();
+        assert!(err.to_string().contains("nested in a loop"), "{err}");
+        // Without its own resources, X draws itself through the page's.
+        let inherited = pdf_with_resources(
+            "/Font << /F1 4 0 R >> /XObject << /X 6 0 R >>",
+            "5 0 R",
+            &[("", zlib(b"/X Do")), (FORM, zlib(b"/X Do"))],
+        );
+        let err = extract_text(KnowledgeFormat::Pdf, &inherited).unwrap_err();
+        assert!(err.to_string().contains("nested in a loop"), "{err}");
+    }
+
+    #[test]
+    fn knowledge_pdf_forms_drawn_many_times_over_are_refused_and_plain_forms_read() {
+        // Forms 6..=11 each draw the next one 10 times: 10^6 drawings.
+        let mut streams: Vec<(String, Vec<u8>)> = vec![(String::new(), zlib(b"/F6 Do"))];
+        for form in 6..=11 {
+            let next = form + 1;
+            streams.push((
+                format!("{FORM} /Resources << /XObject << /F{next} {next} 0 R >> >>"),
+                zlib(format!("/F{next} Do ").repeat(10).as_bytes()),
+            ));
+        }
+        streams.push((
+            format!("{FORM} /Resources << /Font << /F1 4 0 R >> >>"),
+            zlib(TEXT),
+        ));
+        let streams: Vec<(&str, Vec<u8>)> = streams
+            .iter()
+            .map(|(d, c)| (d.as_str(), c.clone()))
+            .collect();
+        let bytes = pdf_with_resources(
+            "/Font << /F1 4 0 R >> /XObject << /F6 6 0 R >>",
+            "5 0 R",
+            &streams,
+        );
+        let err = extract_text(KnowledgeFormat::Pdf, &bytes).unwrap_err();
+        assert!(err.to_string().contains("too many times over"), "{err}");
+        // One form drawn once reads as its text.
+        let plain = pdf_with_resources(
+            "/Font << /F1 4 0 R >> /XObject << /X 6 0 R >>",
+            "5 0 R",
+            &[
+                ("", zlib(b"/X Do")),
+                (
+                    &format!("{FORM} /Resources << /Font << /F1 4 0 R >> >>"),
+                    zlib(TEXT),
+                ),
+            ],
+        );
+        assert_eq!(
+            extract_text(KnowledgeFormat::Pdf, &plain).expect("extracts"),
+            "Hello knowledge"
+        );
+    }
 
     #[test]
     fn knowledge_pdf_compressed_content_is_extracted() {
