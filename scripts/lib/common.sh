@@ -106,6 +106,17 @@ ensure_cargo_deny() {
   fi
 }
 
+# s3s-fs, the S3-compatible server the storage tests start (pinned; the
+# version is S3S_FS_VERSION in tests/src/s3.rs too). About 3 minutes to build.
+S3S_FS_VERSION=0.14.1
+ensure_s3_server() {
+  ensure_build_tools
+  if [ "$(s3s-fs --version 2>/dev/null)" != "s3s-fs $S3S_FS_VERSION" ]; then
+    log "installing s3s-fs $S3S_FS_VERSION"
+    cargo install s3s-fs --version "$S3S_FS_VERSION" --features binary --locked --force
+  fi
+}
+
 # Supply-chain checks of the Rust dependency graph (deny.toml). Licenses, bans
 # and sources need only Cargo.lock and crates.io, and always run. Advisories
 # need the RustSec advisory database, a git repository on GitHub that CI's

@@ -7,6 +7,7 @@ mod database;
 mod env;
 mod process;
 mod proxy;
+mod s3;
 
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ pub use env::POSTGRES_ADMIN_URL;
 use env::amqp_url;
 pub use process::StackProcess;
 pub use proxy::FaultProxy;
+pub use s3::{S3S_FS_VERSION, S3Server};
 
 /// Which binaries to start and how to configure them.
 pub struct TestOptions {

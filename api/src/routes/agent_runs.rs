@@ -131,12 +131,33 @@ fn event_frames(
     })
 }
 
+/// Body of `POST /agents/{id}/run`, as documented (the handler reads a
+/// [`RunRequest`]).
+#[derive(utoipa::ToSchema)]
+#[schema(as = RunRequest)]
+#[allow(dead_code)]
+pub struct RunRequestDoc {
+    /// 1 to 10,000 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 10000, pattern = "\\S")]
+    pub input: String,
+    /// Files or images the input refers to: `{type, url, name}`; images are
+    /// shown to vision-capable models.
+    pub attachments: Option<Vec<unigen_agents::run::Attachment>>,
+    /// Earlier messages `{role, content}` (`user` or `assistant`) the
+    /// client keeps itself.
+    pub conversation_history: Option<Vec<unigen_agents::run::HistoryMessage>>,
+    /// Groups runs into a conversation: an agent with `memory_enabled` sees
+    /// the session's earlier exchanges. Default: a new session.
+    #[schema(min_length = 1, pattern = "\\S")]
+    pub session_id: Option<String>,
+}
+
 /// Run an agent; the response is a stream of `data: <json>` events:
 /// `start`, `step`s, then `done` or `error`.
 #[utoipa::path(
     tag = "agents",
     params(("id" = String, Path, description = "Agent (or template) id")),
-    request_body = RunRequest,
+    request_body(content = RunRequestDoc, content_type = "application/json"),
     responses(
         (status = 200, description = "`text/event-stream`: `start` {run_id, session_id}, `step` {run_id, step: {step_number, type, content, tool, tool_input, tool_output}}, then `done` {run_id, output, credits_used, tokens_used} or `error` {run_id, error}", body = String, content_type = "text/event-stream"),
         (status = 400, description = "input missing or longer than 10,000 characters, or an invalid field (`param` names it)", body = ErrorBody),
@@ -183,8 +204,8 @@ pub async fn run_agent(
     tag = "agents",
     params(
         ("id" = String, Path, description = "Agent id"),
-        ("status" = Option<String>, Query, description = "running, completed or failed"),
-        ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
+        ("status" = Option<String>, Query, pattern = "^(running|completed|failed)$", description = "running, completed or failed"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "1 to 100, default 20"),
     ),
     responses(
         (status = 200, body = RunList),

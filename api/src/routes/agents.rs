@@ -91,10 +91,87 @@ pub struct AgentList {
     pub agents: Vec<AgentView>,
 }
 
+/// An agent tool id.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum AgentTool {
+    WebSearch,
+    WebFetch,
+    GenerateText,
+    GenerateImage,
+    AnalyzeImage,
+    GenerateChart,
+    CreateDocument,
+}
+
+/// Body of `POST /agents`, as documented (the handler reads an
+/// [`AgentRequest`]). Unknown fields are ignored.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct AgentCreateRequest {
+    /// 1 to 100 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 100, pattern = "\\S")]
+    pub name: String,
+    /// At most 500 characters.
+    #[schema(max_length = 500)]
+    pub description: Option<String>,
+    /// Default `bot`; at most 64 characters.
+    #[schema(max_length = 64)]
+    pub icon: Option<String>,
+    /// 1 to 10,000 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 10000, pattern = "\\S")]
+    pub system_prompt: String,
+    /// A chat model id (default: the default chat model).
+    pub model: Option<String>,
+    /// Distinct tool ids, at most the plan's `tools_per_agent`.
+    #[schema(max_items = 7)]
+    pub tools: Option<Vec<AgentTool>>,
+    /// 0 to 2, default 0.7.
+    #[schema(minimum = 0, maximum = 2)]
+    pub temperature: Option<f64>,
+    /// 100 to 8000, default 4000.
+    #[schema(minimum = 100, maximum = 8000)]
+    pub max_tokens: Option<i64>,
+    /// 1 to 20 (and at most the plan's), default 10.
+    #[schema(minimum = 1, maximum = 20)]
+    pub max_iterations: Option<i64>,
+    /// Runs sharing a `session_id` see the earlier exchanges. Default false.
+    pub memory_enabled: Option<bool>,
+    /// Default false.
+    pub is_public: Option<bool>,
+}
+
+/// Body of `PATCH /agents/{id}`: any subset of the create fields.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct AgentUpdateRequest {
+    #[schema(min_length = 1, max_length = 100, pattern = "\\S")]
+    pub name: Option<String>,
+    #[schema(max_length = 500)]
+    pub description: Option<String>,
+    #[schema(max_length = 64)]
+    pub icon: Option<String>,
+    #[schema(min_length = 1, max_length = 10000, pattern = "\\S")]
+    pub system_prompt: Option<String>,
+    pub model: Option<String>,
+    #[schema(max_items = 7)]
+    pub tools: Option<Vec<AgentTool>>,
+    #[schema(minimum = 0, maximum = 2)]
+    pub temperature: Option<f64>,
+    #[schema(minimum = 100, maximum = 8000)]
+    pub max_tokens: Option<i64>,
+    #[schema(minimum = 1, maximum = 20)]
+    pub max_iterations: Option<i64>,
+    pub memory_enabled: Option<bool>,
+    pub is_public: Option<bool>,
+}
+
 /// Body of `POST /agents/{id}/duplicate` (optional).
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct DuplicateRequest {
     /// The copy's name (default: the original's name followed by ` (copy)`).
+    #[schema(min_length = 1, max_length = 100, pattern = "\\S")]
     pub name: Option<String>,
 }
 
@@ -111,7 +188,7 @@ async fn create_within_plan(state: &AppState, new: &NewAgent) -> Result<HttpResp
 /// Create an agent.
 #[utoipa::path(
     tag = "agents",
-    request_body = AgentRequest,
+    request_body = AgentCreateRequest,
     responses(
         (status = 201, body = AgentEnvelope),
         (status = 400, description = "Invalid field; `param` names it (`name` missing, invalid tool ids...)", body = ErrorBody),
@@ -138,7 +215,7 @@ pub async fn create_agent(
     tag = "agents",
     params(
         ("include_templates" = Option<bool>, Query, description = "Also list the built-in templates (default false)"),
-        ("template_category" = Option<String>, Query, description = "Only templates of this category: research, content, coding, analysis, support, productivity (implies include_templates)"),
+        ("template_category" = Option<String>, Query, pattern = "^(research|content|coding|analysis|support|productivity)$", description = "Only templates of this category: research, content, coding, analysis, support, productivity (implies include_templates)"),
     ),
     responses(
         (status = 200, body = AgentList),
@@ -211,7 +288,7 @@ pub async fn get_agent(
 #[utoipa::path(
     tag = "agents",
     params(("id" = String, Path, description = "Agent id")),
-    request_body = AgentRequest,
+    request_body = AgentUpdateRequest,
     responses(
         (status = 200, body = AgentEnvelope),
         (status = 400, description = "Invalid field, or a template (duplicate it to change it)", body = ErrorBody),
@@ -302,7 +379,9 @@ pub async fn duplicate_agent(
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Agents)?;
     let id = path_id(KIND, &path)?;
-    let request: DuplicateRequest = if body.is_empty() {
+    // The body is optional: none, or a JSON `null`, keeps the default name.
+    let request: DuplicateRequest = if body.trim_ascii().is_empty() || body.trim_ascii() == b"null"
+    {
         DuplicateRequest::default()
     } else {
         json_body(&body)?

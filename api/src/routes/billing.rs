@@ -94,11 +94,11 @@ fn transaction_json(row: &CreditTransaction) -> Value {
 #[utoipa::path(
     tag = "billing",
     params(
-        ("type" = Option<String>, Query, description = "allocation, consumption, purchase or overage"),
-        ("start_date" = Option<String>, Query, description = "ISO 8601 date or date-time (inclusive)"),
-        ("end_date" = Option<String>, Query, description = "ISO 8601 date-time (exclusive) or date (that whole day included)"),
-        ("limit" = Option<i64>, Query, description = "1 to 1000, default 50"),
-        ("offset" = Option<i64>, Query, description = "default 0"),
+        ("type" = Option<String>, Query, pattern = "^(allocation|consumption|purchase|overage)$", description = "allocation, consumption, purchase or overage"),
+        ("start_date" = Option<String>, Query, format = Date, description = "ISO 8601 date or date-time (inclusive)"),
+        ("end_date" = Option<String>, Query, format = Date, description = "ISO 8601 date-time (exclusive) or date (that whole day included)"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "1 to 1000, default 50"),
+        ("offset" = Option<i64>, Query, minimum = 0, description = "default 0"),
     ),
     responses(
         (status = 200, description = "`{success, data: {balance, current_period, transactions[]}, meta: {pagination}}`", body = Object),
@@ -279,10 +279,13 @@ pub async fn get_overage_status(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OverageConfigureRequest {
+    #[schema(required = true, nullable = false)]
     pub enabled: Option<bool>,
     /// Overage credits per period at which a notification is sent.
+    #[schema(minimum = 1)]
     pub soft_limit: Option<i64>,
     /// Overage credits per period at which consuming requests get 402.
+    #[schema(minimum = 1)]
     pub hard_limit: Option<i64>,
     pub notification_email: Option<String>,
 }

@@ -21,9 +21,9 @@ const KIND: &str = "job";
 #[utoipa::path(
     tag = "jobs",
     params(
-        ("tool" = Option<String>, Query, description = "image, image_edit, video, music, tts or stt"),
+        ("tool" = Option<String>, Query, pattern = "^(image|image_edit|video|music|tts|stt)$", description = "image, image_edit, video, music, tts or stt"),
         ("pending" = Option<bool>, Query, description = "Only pending and processing jobs (default false)"),
-        ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "1 to 100, default 20"),
     ),
     responses(
         (status = 200, body = JobList),
@@ -72,6 +72,7 @@ pub async fn list_jobs(
     ),
     responses(
         (status = 200, body = JobView),
+        (status = 400, description = "`poll` is not true or false", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody),
         (status = 404, description = "Unknown or expired job (another organization's job included)", body = ErrorBody),

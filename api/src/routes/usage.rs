@@ -27,16 +27,16 @@ use crate::state::AppState;
 #[utoipa::path(
     tag = "usage",
     params(
-        ("start_date" = Option<String>, Query, description = "ISO 8601 date or date-time; a date or a date-time without offset is read in `timezone`. Default: start of the current billing period"),
-        ("end_date" = Option<String>, Query, description = "Exclusive ISO 8601 date-time, or a date (included whole). Default: now"),
-        ("api_key_id" = Option<String>, Query, description = "Only this API key's requests"),
+        ("start_date" = Option<String>, Query, format = Date, description = "ISO 8601 date or date-time; a date or a date-time without offset is read in `timezone`. Default: start of the current billing period"),
+        ("end_date" = Option<String>, Query, format = Date, description = "Exclusive ISO 8601 date-time, or a date (included whole). Default: now"),
+        ("api_key_id" = Option<String>, Query, format = Uuid, description = "Only this API key's requests"),
         ("model" = Option<String>, Query, description = "Only this model"),
         ("endpoint" = Option<String>, Query, description = "Only this endpoint, e.g. /v1/chat/completions"),
-        ("aggregation" = Option<String>, Query, description = "hour, day, week (from Monday) or month adds `aggregations.by_<unit>`; model (by_model is always present)"),
+        ("aggregation" = Option<String>, Query, pattern = "^(hour|day|week|month|model)$", description = "hour, day, week (from Monday) or month adds `aggregations.by_<unit>`; model (by_model is always present)"),
         ("timezone" = Option<String>, Query, description = "IANA time zone name for dates, buckets and timestamps (default UTC)"),
-        ("limit" = Option<i64>, Query, description = "Records per page, 1 to 1000, default 100 (JSON only)"),
-        ("offset" = Option<i64>, Query, description = "Records to skip, default 0 (JSON only)"),
-        ("format" = Option<String>, Query, description = "json (default) or csv: every record of the range, up to 100,000 rows"),
+        ("limit" = Option<i64>, Query, minimum = 1, maximum = 1000, description = "Records per page, 1 to 1000, default 100 (JSON only)"),
+        ("offset" = Option<i64>, Query, minimum = 0, description = "Records to skip, default 0 (JSON only)"),
+        ("format" = Option<String>, Query, pattern = "^(json|csv)$", description = "json (default) or csv: every record of the range, up to 100,000 rows"),
     ),
     responses(
         (status = 200, description = "The envelope; with format=csv a text/csv attachment", body = UsageResponse),

@@ -24,15 +24,43 @@ use crate::state::AppState;
 /// `PATCH /webhooks/{id}` (any subset).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct WebhookRequest {
-    /// At most 100 characters.
+    /// 1 to 100 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 100, pattern = "\\S")]
     pub name: Option<String>,
     /// HTTPS URL that receives the POSTs.
     #[schema(example = "https://example.com/hooks/unigen")]
     pub url: Option<String>,
     /// Event kinds to receive, e.g. `generation.completed`.
+    #[schema(min_items = 1)]
     pub events: Option<Vec<String>>,
     /// Default true. `true` on PATCH also re-enables an automatically
     /// disabled webhook and resets its failure count.
+    pub enabled: Option<bool>,
+    /// Custom request headers (name -> value); `x-service-*`, `content-type`,
+    /// `content-length`, `host`, `transfer-encoding` and `connection` are reserved.
+    #[schema(value_type = Option<Object>)]
+    pub headers: Option<Value>,
+}
+
+/// Body of `POST /webhooks`, as documented: [`WebhookRequest`] with its
+/// required fields. Documentation only: the handler reads a [`WebhookRequest`].
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct WebhookCreateRequest {
+    /// 1 to 100 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 100, pattern = "\\S")]
+    pub name: String,
+    /// HTTPS URL that receives the POSTs.
+    #[schema(
+        example = "https://example.com/hooks/unigen",
+        min_length = 1,
+        max_length = 2048
+    )]
+    pub url: String,
+    /// Event kinds to receive, e.g. `generation.completed`.
+    #[schema(min_items = 1)]
+    pub events: Vec<String>,
+    /// Default true.
     pub enabled: Option<bool>,
     /// Custom request headers (name -> value); `x-service-*`, `content-type`,
     /// `content-length`, `host`, `transfer-encoding` and `connection` are reserved.
@@ -164,7 +192,7 @@ const KIND: &str = "webhook";
 /// Register a webhook; the answer carries its signing secret, shown only here.
 #[utoipa::path(
     tag = "webhooks",
-    request_body = WebhookRequest,
+    request_body = WebhookCreateRequest,
     responses(
         (status = 201, body = WebhookView),
         (status = 400, description = "Invalid field; `param` names it (`url` not https, unknown `events` kind...)", body = ErrorBody),
@@ -429,8 +457,8 @@ pub async fn test_webhook(
     tag = "webhooks",
     params(
         ("id" = String, Path, description = "Webhook id"),
-        ("limit" = Option<u32>, Query, description = "1 to 100, default 20"),
-        ("status" = Option<String>, Query, description = "pending, succeeded or failed"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "1 to 100, default 20"),
+        ("status" = Option<String>, Query, pattern = "^(pending|succeeded|failed)$", description = "pending, succeeded or failed"),
     ),
     responses(
         (status = 200, body = DeliveryList),

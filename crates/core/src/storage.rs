@@ -1,19 +1,37 @@
-//! Output files: a [`FileStore`] trait (local disk today; an S3-compatible
-//! store can implement the same trait) and HMAC-signed, expiring URLs under
-//! which the API serves them.
+//! Output files: a [`FileStore`] trait, implemented by [`ObjectFileStore`]
+//! on the `object_store` crate (local disk, or an S3-compatible bucket:
+//! AWS, MinIO, R2...; `[storage] backend`), and HMAC-signed, expiring URLs
+//! under which the API serves them.
 //!
 //! Job rows keep storage keys (`"file": "<key>"`), never URLs: URLs are signed
 //! when a job is presented, so a job read tomorrow still has working links.
+//! Every key is checked by [`validate_key`] before it names an object: nothing
+//! a client sends reaches a path.
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
 use hmac::{Hmac, KeyInit, Mac};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use object_store::signer::Signer;
+use object_store::{
+    Attribute, Attributes, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutOptions,
+    PutPayload,
+};
 use sha2::Sha256;
 
-use crate::config::StorageSettings;
+use crate::config::{S3Settings, StorageSettings};
+
+/// The `object_store` this module is built on (tests list buckets with it).
+pub use object_store;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -21,6 +39,21 @@ pub enum StorageError {
     InvalidKey(String),
     #[error("storage I/O failed: {0}")]
     Io(#[from] std::io::Error),
+    #[error("object store failed: {0}")]
+    Object(#[from] object_store::Error),
+}
+
+/// A stored file's bytes, read as they are sent (never whole in memory).
+pub type ByteStream = BoxStream<'static, Result<Bytes, StorageError>>;
+
+/// What [`FileStore::head`] tells about a stored file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMeta {
+    pub size: u64,
+    /// A strong entity tag, quoted (`"..."`): the store's own (S3's ETag;
+    /// inode, mtime and size on local disk), stable while the file is.
+    pub e_tag: String,
+    pub last_modified: chrono::DateTime<chrono::Utc>,
 }
 
 pub trait FileStore: Send + Sync {
@@ -31,27 +64,120 @@ pub trait FileStore: Send + Sync {
     /// Deletes every file whose key starts with `<prefix>/` (a job's outputs,
     /// partial ones of failed attempts included). Missing is not an error.
     fn delete_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
+    /// Size and entity tag; `Ok(None)` when there is no such file.
+    fn head<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<FileMeta>, StorageError>>;
+    /// The bytes `range` of a file (within its size, as [`FileStore::head`]
+    /// gave it), streamed; `Ok(None)` when there is no such file.
+    fn stream<'a>(
+        &'a self,
+        key: &'a str,
+        range: Range<u64>,
+    ) -> BoxFuture<'a, Result<Option<ByteStream>, StorageError>>;
+    /// A presigned GET URL of the file when the store is configured to hand
+    /// them out (`storage.s3.presign_seconds`), else `Ok(None)`.
+    fn presigned_get<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StorageError>>;
 }
 
+/// The store `[storage]` configures. Panics when the S3 client cannot be
+/// built from the settings (`Settings::validate` checked the bucket; the
+/// rest is the `object_store` builder's).
 pub fn build_store(settings: &StorageSettings) -> Arc<dyn FileStore> {
-    // Config validation admits only `local` for now.
-    Arc::new(LocalDiskStore::new(settings.dir.clone()))
+    match try_build_store(settings) {
+        Ok(store) => Arc::new(store),
+        Err(err) => panic!("storage.backend {}: {err}", settings.backend),
+    }
 }
 
-/// Files under a directory; keys are relative paths of plain segments.
-pub struct LocalDiskStore {
-    root: PathBuf,
+/// [`build_store`] without the panic.
+pub fn try_build_store(settings: &StorageSettings) -> Result<ObjectFileStore, StorageError> {
+    match settings.backend.as_str() {
+        "s3" => ObjectFileStore::s3(&settings.s3),
+        _ => Ok(ObjectFileStore::local(settings.dir.clone())),
+    }
 }
 
-impl LocalDiskStore {
+/// The old name of the local-disk store: [`ObjectFileStore::new`].
+pub type LocalDiskStore = ObjectFileStore;
+
+/// A [`FileStore`] on an `object_store` backend.
+pub struct ObjectFileStore {
+    inner: Arc<dyn ObjectStore>,
+    backend: Backend,
+}
+
+enum Backend {
+    /// Files under `root` (absolute): key `a/b` is the file `<root>/a/b`,
+    /// the layout of the stores before `object_store`.
+    Local { root: PathBuf },
+    S3 {
+        s3: Arc<AmazonS3>,
+        presign: Option<Duration>,
+    },
+}
+
+impl ObjectFileStore {
+    /// Files on local disk under `root` (see [`ObjectFileStore::local`]).
     pub fn new(root: PathBuf) -> Self {
-        Self { root }
+        Self::local(root)
     }
 
-    fn path_of(&self, key: &str) -> Result<PathBuf, StorageError> {
-        validate_key(key)?;
-        Ok(self.root.join(key))
+    /// Files on local disk under `root`, created on the first write. A
+    /// relative `root` is taken from the current directory now.
+    pub fn local(root: PathBuf) -> Self {
+        let root = std::path::absolute(&root).unwrap_or(root);
+        Self {
+            inner: Arc::new(LocalFileSystem::new()),
+            backend: Backend::Local { root },
+        }
     }
+
+    /// Objects in an S3-compatible bucket. Credentials, region and endpoint
+    /// not given in `settings` come from the standard `AWS_*` variables.
+    pub fn s3(settings: &S3Settings) -> Result<Self, StorageError> {
+        let s3 = Arc::new(s3_builder(settings).build()?);
+        Ok(Self {
+            inner: s3.clone(),
+            backend: Backend::S3 {
+                s3,
+                presign: settings.presign_seconds.map(Duration::from_secs),
+            },
+        })
+    }
+
+    fn location(&self, key: &str) -> Result<ObjectPath, StorageError> {
+        validate_key(key)?;
+        let bad = |_| StorageError::InvalidKey(key.to_owned());
+        match &self.backend {
+            Backend::Local { root } => ObjectPath::from_absolute_path(root.join(key)).map_err(bad),
+            Backend::S3 { .. } => ObjectPath::parse(key).map_err(bad),
+        }
+    }
+}
+
+/// The builder of `settings`' bucket: `AWS_*` variables first, then what
+/// `settings` names.
+pub fn s3_builder(settings: &S3Settings) -> AmazonS3Builder {
+    let set = |value: &Option<String>| value.clone().filter(|v| !v.is_empty());
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(&settings.bucket)
+        .with_allow_http(settings.allow_http)
+        .with_virtual_hosted_style_request(!settings.path_style);
+    if let Some(region) = set(&settings.region) {
+        builder = builder.with_region(region);
+    }
+    if let Some(endpoint) = set(&settings.endpoint) {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(id) = set(&settings.access_key_id) {
+        builder = builder.with_access_key_id(id);
+    }
+    if let Some(secret) = set(&settings.secret_access_key) {
+        builder = builder.with_secret_access_key(secret);
+    }
+    builder
 }
 
 /// Keys are `segment/segment/...` of `[A-Za-z0-9._-]`, never `..` or absolute.
@@ -74,35 +200,62 @@ pub fn validate_key(key: &str) -> Result<(), StorageError> {
     }
 }
 
-impl FileStore for LocalDiskStore {
+fn is_not_found(err: &object_store::Error) -> bool {
+    matches!(err, object_store::Error::NotFound { .. })
+}
+
+/// `e_tag` as a strong, quoted entity tag; one made of the size and the
+/// modification time when the store has none.
+fn quoted_e_tag(meta: &object_store::ObjectMeta) -> String {
+    let raw = meta.e_tag.clone().unwrap_or_else(|| {
+        format!(
+            "{:x}-{:x}",
+            meta.size,
+            meta.last_modified.timestamp_micros()
+        )
+    });
+    let bare = raw.trim_start_matches("W/").trim_matches('"');
+    format!("\"{bare}\"")
+}
+
+impl FileStore for ObjectFileStore {
     fn put<'a>(&'a self, key: &'a str, bytes: Vec<u8>) -> BoxFuture<'a, Result<(), StorageError>> {
         Box::pin(async move {
-            let path = self.path_of(key)?;
-            if let Some(parent) = path.parent() {
-                tokio::fs::create_dir_all(parent).await?;
+            let location = self.location(key)?;
+            // LocalFileSystem writes a staging file and renames it: readers
+            // never see a half-written file. S3 objects appear whole.
+            let mut options = PutOptions::default();
+            if let Backend::S3 { .. } = self.backend {
+                // Served as is from presigned URLs.
+                let content_type = mime_guess::from_path(key).first_or_octet_stream();
+                options.attributes = Attributes::from_iter([(
+                    Attribute::ContentType,
+                    content_type.essence_str().to_owned(),
+                )]);
             }
-            // Write then rename: readers never see a half-written file.
-            let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
-            tokio::fs::write(&tmp, bytes).await?;
-            tokio::fs::rename(&tmp, &path).await?;
+            self.inner
+                .put_opts(&location, PutPayload::from(bytes), options)
+                .await?;
             Ok(())
         })
     }
 
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StorageError>> {
         Box::pin(async move {
-            match tokio::fs::read(self.path_of(key)?).await {
-                Ok(bytes) => Ok(Some(bytes)),
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(err) => Err(err.into()),
-            }
+            let location = self.location(key)?;
+            let result = match self.inner.get(&location).await {
+                Ok(result) => result,
+                Err(err) if is_not_found(&err) => return Ok(None),
+                Err(err) => return Err(err.into()),
+            };
+            Ok(Some(result.bytes().await?.to_vec()))
         })
     }
 
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
         Box::pin(async move {
-            match tokio::fs::remove_file(self.path_of(key)?).await {
-                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+            match self.inner.delete(&self.location(key)?).await {
+                Err(err) if !is_not_found(&err) => Err(err.into()),
                 _ => Ok(()),
             }
         })
@@ -110,9 +263,90 @@ impl FileStore for LocalDiskStore {
 
     fn delete_prefix<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<(), StorageError>> {
         Box::pin(async move {
-            match tokio::fs::remove_dir_all(self.path_of(prefix)?).await {
-                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
-                _ => Ok(()),
+            let location = self.location(prefix)?;
+            match &self.backend {
+                // The directory goes too, as before `object_store`.
+                Backend::Local { root } => match tokio::fs::remove_dir_all(root.join(prefix)).await
+                {
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err.into()),
+                    _ => Ok(()),
+                },
+                // Listing is by whole segments: `a/b` never matches `a/bc/x`.
+                Backend::S3 { .. } => {
+                    let listed = self
+                        .inner
+                        .list(Some(&location))
+                        .map_ok(|meta| meta.location)
+                        .boxed();
+                    let mut deleted = self.inner.delete_stream(listed);
+                    while let Some(result) = deleted.next().await {
+                        match result {
+                            Err(err) if !is_not_found(&err) => return Err(err.into()),
+                            _ => {}
+                        }
+                    }
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn head<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<FileMeta>, StorageError>> {
+        Box::pin(async move {
+            match self.inner.head(&self.location(key)?).await {
+                Ok(meta) => Ok(Some(FileMeta {
+                    size: meta.size,
+                    e_tag: quoted_e_tag(&meta),
+                    last_modified: meta.last_modified,
+                })),
+                // A directory on local disk is NotFound too.
+                Err(err) if is_not_found(&err) => Ok(None),
+                Err(err) => Err(err.into()),
+            }
+        })
+    }
+
+    fn stream<'a>(
+        &'a self,
+        key: &'a str,
+        range: Range<u64>,
+    ) -> BoxFuture<'a, Result<Option<ByteStream>, StorageError>> {
+        Box::pin(async move {
+            let location = self.location(key)?;
+            if range.is_empty() {
+                return Ok(Some(futures_util::stream::empty().boxed()));
+            }
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(range)),
+                ..Default::default()
+            };
+            match self.inner.get_opts(&location, options).await {
+                Ok(result) => Ok(Some(
+                    result.into_stream().map_err(StorageError::from).boxed(),
+                )),
+                Err(err) if is_not_found(&err) => Ok(None),
+                Err(err) => Err(err.into()),
+            }
+        })
+    }
+
+    fn presigned_get<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StorageError>> {
+        Box::pin(async move {
+            let location = self.location(key)?;
+            match &self.backend {
+                Backend::S3 {
+                    s3,
+                    presign: Some(ttl),
+                } => {
+                    let url = s3
+                        .signed_url(object_store::signer::Method::GET, &location, *ttl)
+                        .await?;
+                    Ok(Some(url.to_string()))
+                }
+                _ => Ok(None),
             }
         })
     }
@@ -412,6 +646,56 @@ mod tests {
         );
         assert!(shown.get("audio_file").is_none());
         assert_eq!(shown["n"], 1);
+    }
+
+    #[tokio::test]
+    async fn local_store_streams_ranges_with_a_stable_tag_and_deletes_prefixes() {
+        use futures_util::TryStreamExt;
+        let dir = std::env::temp_dir().join(format!("unigen-store-{}", uuid::Uuid::new_v4()));
+        let store = LocalDiskStore::new(dir.clone());
+        let bytes: Vec<u8> = (0..=255).collect();
+        store.put("o/j/0.mp4", bytes.clone()).await.unwrap();
+        store.put("o/j/1.png", vec![1]).await.unwrap();
+        store.put("o/jx/0.png", vec![2]).await.unwrap();
+        assert_eq!(
+            std::fs::read(dir.join("o/j/0.mp4")).unwrap(),
+            bytes,
+            "layout"
+        );
+        let meta = store.head("o/j/0.mp4").await.unwrap().unwrap();
+        assert_eq!(meta.size, 256);
+        assert!(meta.e_tag.starts_with('"') && meta.e_tag.ends_with('"'));
+        assert_eq!(store.head("o/j/0.mp4").await.unwrap().unwrap(), meta);
+        let read = |range| async {
+            let stream = store.stream("o/j/0.mp4", range).await.unwrap().unwrap();
+            let chunks: Vec<Bytes> = stream.try_collect().await.unwrap();
+            chunks.concat()
+        };
+        assert_eq!(read(10..20).await, &bytes[10..20]);
+        assert_eq!(read(0..256).await, bytes);
+        assert!(read(5..5).await.is_empty());
+        assert_eq!(store.head("o/j").await.unwrap(), None, "a directory");
+        assert_eq!(store.head("o/none").await.unwrap(), None);
+        assert!(store.stream("o/none", 0..1).await.unwrap().is_none());
+        assert_eq!(store.presigned_get("o/j/0.mp4").await.unwrap(), None);
+        assert!(store.head("o/../x").await.is_err());
+        store.delete_prefix("o/j").await.unwrap();
+        assert!(!dir.join("o/j").exists());
+        assert_eq!(store.get("o/jx/0.png").await.unwrap(), Some(vec![2]));
+        store.delete_prefix("o/j").await.unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn s3_settings_build_a_client() {
+        let settings = S3Settings {
+            bucket: "b".into(),
+            endpoint: Some("http://127.0.0.1:1".into()),
+            allow_http: true,
+            presign_seconds: Some(60),
+            ..S3Settings::default()
+        };
+        assert!(ObjectFileStore::s3(&settings).is_ok());
     }
 
     #[tokio::test]

@@ -45,6 +45,7 @@ pub enum MessageContent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     /// `system`, `developer`, `user`, `assistant`, `tool` or `function`.
+    #[schema(pattern = "^(system|developer|user|assistant|tool|function)$")]
     pub role: String,
     #[serde(default)]
     pub content: Option<MessageContent>,
@@ -190,7 +191,9 @@ pub struct StreamOptions {
 /// unchanged to OpenAI-compatible upstreams.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatCompletionRequest {
+    /// At least one message.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false, min_items = 1)]
     pub messages: Option<Vec<ChatMessage>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -627,6 +630,7 @@ impl EmbeddingInputs {
 /// Body of `POST /embeddings`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct EmbeddingRequest {
+    #[schema(required = true, nullable = false)]
     pub input: Option<EmbeddingInput>,
     pub model: Option<String>,
     /// Length of each vector (the model's default when absent).

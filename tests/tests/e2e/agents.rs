@@ -418,3 +418,35 @@ async fn another_organizations_agent_is_a_404_and_the_agents_scope_is_required()
         "unchanged by the other org"
     );
 }
+
+/// The duplicate body is optional: none, `null` (what the document allows)
+/// and `{}` all keep the default name.
+#[tokio::test]
+async fn a_duplicate_without_a_body_or_with_a_null_one_keeps_the_default_name() {
+    let app = TestApp::spawn().await;
+    let (status, agent) = create(
+        &app,
+        &app.key,
+        json!({"name": "Original", "system_prompt": "Be brief."}),
+    )
+    .await;
+    assert_eq!(status, 201, "{agent}");
+    let url = app.url(&format!(
+        "/api/v1/agents/{}/duplicate",
+        agent["agent"]["id"].as_str().unwrap()
+    ));
+    for body in ["null", " null\n", ""] {
+        let response = app
+            .client
+            .post(&url)
+            .bearer_auth(&app.key)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (status, copy) = json_of(response).await;
+        assert_eq!(status, 201, "body {body:?}: {copy}");
+        assert_eq!(copy["agent"]["name"], "Original (copy)", "body {body:?}");
+    }
+}

@@ -161,14 +161,78 @@ pub struct HttpSettings {
     pub key_cache_seconds: u64,
 }
 
-/// `[storage]`: `backend` (`local`), `dir`, `url_secret`, `url_ttl_seconds`.
+/// `[storage]`: `backend` (`local` or `s3`), `dir` (local), `url_secret`,
+/// `url_ttl_seconds`, and `[storage.s3]` for the `s3` backend.
 #[derive(Debug, Clone, Deserialize)]
 pub struct StorageSettings {
     pub backend: String,
     pub dir: PathBuf,
     pub url_secret: String,
     pub url_ttl_seconds: u64,
+    #[serde(default)]
+    pub s3: S3Settings,
 }
+
+/// `[storage.s3]`: an S3-compatible bucket (AWS, MinIO, R2...). `region`,
+/// `endpoint` and the credentials left out come from the standard `AWS_*`
+/// variables (`AWS_REGION`, `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`).
+#[derive(Clone, Deserialize)]
+#[serde(default)]
+pub struct S3Settings {
+    pub bucket: String,
+    pub region: Option<String>,
+    /// For S3-compatible servers (`https://<account>.r2.cloudflarestorage.com`,
+    /// `http://minio:9000`); none for AWS.
+    pub endpoint: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+    /// Lets `endpoint` be plain `http://` (a server on the same host).
+    pub allow_http: bool,
+    /// `<endpoint>/<bucket>/<key>` URLs (true, the default), or
+    /// virtual-hosted `<bucket>.<host>/<key>` (false; an `endpoint` must
+    /// then name the bucket's host).
+    pub path_style: bool,
+    /// When set, `/files/...` redirects to a GET URL presigned for this long
+    /// instead of streaming the file through the API.
+    pub presign_seconds: Option<u64>,
+}
+
+impl Default for S3Settings {
+    fn default() -> Self {
+        Self {
+            bucket: String::new(),
+            region: None,
+            endpoint: None,
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: false,
+            path_style: true,
+            presign_seconds: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("bucket", &self.bucket)
+            .field("region", &self.region)
+            .field("endpoint", &self.endpoint)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("allow_http", &self.allow_http)
+            .field("path_style", &self.path_style)
+            .field("presign_seconds", &self.presign_seconds)
+            .finish()
+    }
+}
+
+/// Presigned S3 URLs live at most seven days.
+pub const MAX_PRESIGN_SECONDS: u64 = 7 * 24 * 3600;
 
 /// `[fetch]`: `max_bytes`, `timeout_seconds`, `allow_private_addresses`.
 #[derive(Debug, Clone, Deserialize)]
@@ -523,11 +587,26 @@ impl Settings {
         self.webhooks
             .validate()
             .map_err(config::ConfigError::Message)?;
-        if self.storage.backend != "local" {
-            return bad(format!(
-                "storage.backend `{}` is not supported (supported: local)",
-                self.storage.backend
-            ));
+        match self.storage.backend.as_str() {
+            "local" => {}
+            "s3" => {
+                let s3 = &self.storage.s3;
+                if s3.bucket.is_empty() {
+                    return bad("storage.backend is s3 but storage.s3.bucket is empty".into());
+                }
+                if let Some(seconds) = s3.presign_seconds
+                    && !(1..=MAX_PRESIGN_SECONDS).contains(&seconds)
+                {
+                    return bad(format!(
+                        "storage.s3.presign_seconds must be 1 to {MAX_PRESIGN_SECONDS}"
+                    ));
+                }
+            }
+            other => {
+                return bad(format!(
+                    "storage.backend `{other}` is not supported (supported: local, s3)"
+                ));
+            }
         }
         for (legacy, id) in &self.legacy_models {
             if !self
@@ -583,6 +662,38 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_s3_backend_needs_a_bucket_and_a_presign_time_within_seven_days() {
+        let load = |pairs: &[(&str, config::Value)]| Settings::load_with(None, pairs);
+        let s3 = ("storage.backend", config::Value::from("s3"));
+        let message = load(std::slice::from_ref(&s3)).unwrap_err().to_string();
+        assert!(message.contains("storage.s3.bucket"), "{message}");
+        let bucket = ("storage.s3.bucket", config::Value::from("outputs"));
+        let settings = load(&[s3.clone(), bucket.clone()]).unwrap();
+        assert_eq!(settings.storage.s3.bucket, "outputs");
+        assert!(settings.storage.s3.path_style);
+        assert_eq!(settings.storage.s3.presign_seconds, None);
+        for bad in [0, MAX_PRESIGN_SECONDS + 1] {
+            let presign = ("storage.s3.presign_seconds", config::Value::from(bad));
+            let message = load(&[s3.clone(), bucket.clone(), presign])
+                .unwrap_err()
+                .to_string();
+            assert!(message.contains("presign_seconds"), "{message}");
+        }
+        let presign = ("storage.s3.presign_seconds", config::Value::from(300));
+        let settings = load(&[s3, bucket, presign]).unwrap();
+        assert_eq!(settings.storage.s3.presign_seconds, Some(300));
+        let message = load(&[("storage.backend", "gcs".into())])
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("local, s3"), "{message}");
+        let secret = S3Settings {
+            secret_access_key: Some("hunter2".into()),
+            ..S3Settings::default()
+        };
+        assert!(!format!("{secret:?}").contains("hunter2"));
+    }
 
     #[test]
     fn the_default_url_secret_is_refused_outside_dev_mode() {

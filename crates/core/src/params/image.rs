@@ -47,20 +47,31 @@ impl ResponseFormat {
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct ImageGenerationRequest {
     /// What to draw; 1 to 4000 characters.
-    #[schema(max_length = 4000, example = "a lighthouse on a cliff at dusk")]
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 4000,
+        example = "a lighthouse on a cliff at dusk"
+    )]
     pub prompt: Option<String>,
     /// Model id from `GET /models`; the default image model when omitted.
     #[schema(example = "local/procedural-v1")]
     pub model: Option<String>,
     /// Output size; default `1024x1024`.
-    #[schema(example = "1024x1024")]
+    #[schema(
+        example = "1024x1024",
+        pattern = "^(512x512|1024x1024|1792x1024|1024x1792|1536x1024|1024x1536)$"
+    )]
     pub size: Option<String>,
     /// Number of images, 1 to 10; default 1.
     #[schema(minimum = 1, maximum = 10)]
     pub n: Option<u32>,
     /// `vivid` (default) or `natural`.
+    #[schema(pattern = "^(vivid|natural)$")]
     pub style: Option<String>,
     /// `2x` or `4x` multiplies the output size.
+    #[schema(pattern = "^(2x|4x)$")]
     pub upscale: Option<String>,
     /// What to keep out of the picture.
     pub negative_prompt: Option<String>,
@@ -68,7 +79,7 @@ pub struct ImageGenerationRequest {
     pub seed: Option<u64>,
     /// `url` (default) or `b64_json`: each `data[]` item carries the image
     /// itself, base64, instead of its URL. Sync answers only; a job keeps URLs.
-    #[schema(example = "url")]
+    #[schema(example = "url", pattern = "^(url|b64_json)$")]
     pub response_format: Option<String>,
 }
 

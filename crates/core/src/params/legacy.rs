@@ -78,23 +78,46 @@ pub fn size_pixels(size: &str) -> (u32, u32) {
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct LegacyGenerateRequest {
     /// 1 to 4000 characters.
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 4000,
+        pattern = "\\S"
+    )]
     pub prompt: Option<String>,
     /// One of the eight legacy model names.
-    #[schema(example = "flux-schnell")]
+    #[schema(
+        example = "flux-schnell",
+        required = true,
+        nullable = false,
+        pattern = "^(flux-schnell|flux-dev|flux-pro|flux-pro-ultra|sd-3\\.5-large|sd-3\\.5-medium|sdxl|dall-e-3)$"
+    )]
     pub model: Option<String>,
     /// Default `square`.
+    #[schema(
+        pattern = "^(square|square_hd|square_small|landscape_4_3|landscape_16_9|portrait_4_3|portrait_16_9)$"
+    )]
     pub size: Option<String>,
     /// 1 to 4, default 1.
+    #[schema(minimum = 1, maximum = 4)]
     pub n: Option<i64>,
     /// At most 1000 characters.
+    #[schema(max_length = 1000)]
     pub negative_prompt: Option<String>,
+    #[schema(
+        pattern = "^(photorealistic|anime|digital_art|oil_painting|watercolor|sketch|cartoon|abstract)$"
+    )]
     pub style: Option<String>,
     /// `standard` (default) or `hd`.
+    #[schema(pattern = "^(standard|hd)$")]
     pub quality: Option<String>,
     pub seed: Option<u64>,
     /// 1 to 20.
+    #[schema(minimum = 1, maximum = 20)]
     pub guidance_scale: Option<f64>,
     /// 10 to 150.
+    #[schema(minimum = 10, maximum = 150)]
     pub num_inference_steps: Option<i64>,
 }
 
@@ -102,18 +125,53 @@ pub struct LegacyGenerateRequest {
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct LegacyLogoRequest {
     /// 1 to 2000 characters: the brand and what it does.
+    #[schema(
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 2000,
+        pattern = "\\S"
+    )]
     pub prompt: Option<String>,
+    /// One of the eight legacy model names.
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = "^(flux-schnell|flux-dev|flux-pro|flux-pro-ultra|sd-3\\.5-large|sd-3\\.5-medium|sdxl|dall-e-3)$"
+    )]
     pub model: Option<String>,
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = "^(minimal|modern|vintage|playful|corporate|tech|organic|geometric)$"
+    )]
     pub style: Option<String>,
+    #[schema(
+        required = true,
+        nullable = false,
+        pattern = "^(technology|healthcare|finance|education|retail|food|travel|entertainment)$"
+    )]
     pub industry: Option<String>,
+    /// Default `square`.
+    #[schema(
+        pattern = "^(square|square_hd|square_small|landscape_4_3|landscape_16_9|portrait_4_3|portrait_16_9)$"
+    )]
     pub size: Option<String>,
+    /// 1 to 4, default 1.
+    #[schema(minimum = 1, maximum = 4)]
     pub n: Option<i64>,
+    /// At most 1000 characters.
+    #[schema(max_length = 1000)]
     pub negative_prompt: Option<String>,
     /// At most 200 characters, e.g. "navy and gold".
+    #[schema(max_length = 200)]
     pub color_scheme: Option<String>,
+    #[schema(pattern = "^(sans-serif|serif|script|display|monospace)$")]
     pub typography: Option<String>,
+    #[schema(pattern = "^(professional|friendly|bold|elegant|playful)$")]
     pub mood: Option<String>,
     /// 1 to 5, default 3.
+    #[schema(minimum = 1, maximum = 5)]
     pub complexity: Option<i64>,
     /// Default true.
     pub refine_prompt: Option<bool>,

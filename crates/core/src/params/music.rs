@@ -16,12 +16,15 @@ pub struct MusicGenerationRequest {
     pub prompt: Option<String>,
     pub model: Option<String>,
     /// Default 30; 1 to 47 for the default model (the model's maximum).
+    #[schema(minimum = 1)]
     pub duration_seconds: Option<f64>,
     /// `text_to_music` (default) or `audio_to_audio`.
+    #[schema(pattern = "^(text_to_music|audio_to_audio)$")]
     pub mode: Option<String>,
     /// audio_to_audio: URL or base64 audio.
     pub source_audio: Option<String>,
     /// `mp3` (default) or `wav`.
+    #[schema(pattern = "^(mp3|wav)$")]
     pub output_format: Option<String>,
     pub negative_prompt: Option<String>,
     pub seed: Option<u64>,

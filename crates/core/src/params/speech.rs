@@ -13,15 +13,24 @@ pub const FORMATS: [&str; 6] = ["mp3", "wav", "opus", "aac", "flac", "pcm"];
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct SpeechRequest {
     /// Text to speak: 1 to 10,000 characters.
-    #[schema(example = "The quick brown fox jumps over the lazy dog.")]
+    #[schema(
+        example = "The quick brown fox jumps over the lazy dog.",
+        required = true,
+        nullable = false,
+        min_length = 1,
+        max_length = 10000,
+        pattern = "\\S"
+    )]
     pub input: Option<String>,
     pub model: Option<String>,
     /// `alloy`, `echo`, `fable`, `onyx`, `nova` (default), `shimmer`, or a custom voice.
     pub voice: Option<String>,
     /// 0.25 to 4.0, default 1.0.
+    #[schema(minimum = 0.25, maximum = 4)]
     pub speed: Option<f64>,
     /// `mp3` (default), `wav`, `opus`, `aac`, `flac`, or `pcm` (raw 24 kHz
     /// 16-bit signed little-endian mono samples, no header).
+    #[schema(pattern = "^(mp3|wav|opus|aac|flac|pcm)$")]
     pub response_format: Option<String>,
     /// Voice cloning sample (URL or base64 audio).
     pub reference_audio: Option<String>,

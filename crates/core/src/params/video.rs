@@ -17,14 +17,19 @@ pub struct VideoGenerationRequest {
     pub prompt: Option<String>,
     pub model: Option<String>,
     /// 1 to 10, default 5.
+    #[schema(minimum = 1, maximum = 10)]
     pub duration_seconds: Option<f64>,
     /// `720p` (default), `1080p`, `4k`.
+    #[schema(pattern = "^(720p|1080p|4k)$")]
     pub resolution: Option<String>,
     /// 30 (default) or 60.
+    #[schema(minimum = 30, maximum = 60, multiple_of = 30)]
     pub fps: Option<u32>,
     /// `16:9` (default), `9:16`, `1:1`, `4:3`, `3:4`.
+    #[schema(pattern = "^(16:9|9:16|1:1|4:3|3:4)$")]
     pub aspect_ratio: Option<String>,
     /// `text_to_video` (default), `image_to_video`, `video_to_video`.
+    #[schema(pattern = "^(text_to_video|image_to_video|video_to_video)$")]
     pub mode: Option<String>,
     /// image_to_video: URL or base64 image.
     pub source_image: Option<String>,
