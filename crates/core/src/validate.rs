@@ -49,6 +49,17 @@ pub fn optional_text(
     }
 }
 
+/// `model_inputs`: absent, or a JSON object (the provider's own fields).
+pub fn model_inputs(value: Option<&serde_json::Value>) -> Result<(), ValidationError> {
+    match value {
+        Some(value) if !value.is_object() => Err(ValidationError::new(
+            "model_inputs",
+            "model_inputs must be an object",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// One of `allowed`, or `default` when absent.
 pub fn one_of(
     field: &'static str,
@@ -106,6 +117,31 @@ pub fn integer_in(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn model_inputs_must_be_an_object_on_every_tool_that_takes_them() {
+        use crate::params::music::MusicGenerationRequest;
+        use crate::params::speech::SpeechRequest;
+        use crate::params::transcription::TranscriptionRequest;
+        let bad = serde_json::json!("not an object");
+        let speech: SpeechRequest =
+            serde_json::from_value(serde_json::json!({"input": "hi", "model_inputs": bad}))
+                .unwrap();
+        assert_eq!(speech.validate().unwrap_err().field, "model_inputs");
+        let music: MusicGenerationRequest =
+            serde_json::from_value(serde_json::json!({"prompt": "piano", "model_inputs": [1]}))
+                .unwrap();
+        assert_eq!(
+            music.validate(1, "local/synth-v1", 47.0).unwrap_err().field,
+            "model_inputs"
+        );
+        let transcription: TranscriptionRequest =
+            serde_json::from_value(serde_json::json!({"file": "aGk=", "model_inputs": 3})).unwrap();
+        assert_eq!(transcription.validate().unwrap_err().field, "model_inputs");
+        assert!(model_inputs(Some(&serde_json::json!({"top_k": 250}))).is_ok());
+        assert!(model_inputs(None).is_ok());
+    }
+
     use super::*;
 
     #[test]

@@ -164,12 +164,7 @@ impl ImageEditRequest {
             ));
         }
         ResponseFormat::parse(self.response_format.as_deref())?;
-        if self.model_inputs.as_ref().is_some_and(|v| !v.is_object()) {
-            return Err(ValidationError::new(
-                "model_inputs",
-                "model_inputs must be an object",
-            ));
-        }
+        super::validate::model_inputs(self.model_inputs.as_ref())?;
         let params = EditParams {
             operation: operation.clone(),
             prompt,

@@ -54,6 +54,7 @@ impl MusicGenerationRequest {
         max_duration: f64,
     ) -> Result<(MusicParams, Vec<MediaRef>), ValidationError> {
         let prompt = required_text("prompt", self.prompt.as_deref(), 4000)?;
+        super::validate::model_inputs(self.model_inputs.as_ref())?;
         let duration_seconds = self.duration_seconds.unwrap_or(30.0);
         if !duration_seconds.is_finite() || duration_seconds < 1.0 {
             return Err(ValidationError::new(

@@ -61,6 +61,7 @@ impl SpeechParams {
 impl SpeechRequest {
     pub fn validate(&self) -> Result<(SpeechParams, Vec<MediaRef>), ValidationError> {
         let input = required_text("input", self.input.as_deref(), MAX_INPUT_CHARS)?;
+        super::validate::model_inputs(self.model_inputs.as_ref())?;
         let voice = optional_text("voice", self.voice.as_deref(), 100)?
             .unwrap_or_else(|| "nova".to_owned());
         let params = SpeechParams {

@@ -95,6 +95,7 @@ impl TranscriptionParams {
 
 impl TranscriptionRequest {
     pub fn validate(&self) -> Result<(TranscriptionParams, Vec<MediaRef>), ValidationError> {
+        super::validate::model_inputs(self.model_inputs.as_ref())?;
         let file = self
             .file
             .as_deref()
