@@ -118,7 +118,7 @@ pub async fn spawn(
         .build()
         .map_err(|e| anyhow::anyhow!("building HTTP metrics: {e}"))?;
     let catalogue = Arc::new(Catalogue::new(settings.models.clone()));
-    let store = build_store(&settings.storage);
+    let store = build_store(&settings.storage).context("configuring storage")?;
     let fetcher = unigen_core::fetch::Fetcher::new(&settings.fetch);
     let local = unigen_providers::local::LocalProvider::new(&settings.local_provider);
     let search = unigen_providers::search::SearchClient::from_settings(&settings.search)

@@ -90,14 +90,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     if settings.jobs.retention_seconds > 0 {
         tasks.push(Box::new(tasks::retention::Retention::new(
             pool.clone(),
-            unigen_core::storage::build_store(&settings.storage),
+            unigen_core::storage::build_store(&settings.storage).context("configuring storage")?,
             Duration::from_secs(settings.jobs.retention_seconds),
         )));
     }
     if settings.agents.run_retention_seconds > 0 {
         tasks.push(Box::new(tasks::retention::RunRetention::new(
             pool.clone(),
-            unigen_core::storage::build_store(&settings.storage),
+            unigen_core::storage::build_store(&settings.storage).context("configuring storage")?,
             Duration::from_secs(settings.agents.run_retention_seconds),
         )));
     }

@@ -111,7 +111,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let (finisher, _finisher_task) = finish::Finisher::spawn(pool.clone());
     let context = Arc::new(WorkerContext {
         pool,
-        store: build_store(&settings.storage),
+        store: build_store(&settings.storage).context("configuring storage")?,
         signer: UrlSigner::new(
             &settings.storage.url_secret,
             &settings.http.public_base_url,

@@ -81,17 +81,14 @@ pub trait FileStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<String>, StorageError>>;
 }
 
-/// The store `[storage]` configures. Panics when the S3 client cannot be
+/// The store `[storage]` configures; an error when the S3 client cannot be
 /// built from the settings (`Settings::validate` checked the bucket; the
 /// rest is the `object_store` builder's).
-pub fn build_store(settings: &StorageSettings) -> Arc<dyn FileStore> {
-    match try_build_store(settings) {
-        Ok(store) => Arc::new(store),
-        Err(err) => panic!("storage.backend {}: {err}", settings.backend),
-    }
+pub fn build_store(settings: &StorageSettings) -> Result<Arc<dyn FileStore>, StorageError> {
+    Ok(Arc::new(try_build_store(settings)?))
 }
 
-/// [`build_store`] without the panic.
+/// The configured store, by its concrete type.
 pub fn try_build_store(settings: &StorageSettings) -> Result<ObjectFileStore, StorageError> {
     match settings.backend.as_str() {
         "s3" => ObjectFileStore::s3(&settings.s3),
