@@ -11,7 +11,8 @@ use unigen_tests::{TestApp, TestOptions, json_of};
 
 /// Stores `bytes` under `key` and returns a signed link to it.
 async fn stored(app: &TestApp, key: &str, bytes: &[u8]) -> String {
-    build_store(&app.settings.storage).expect("the test store")
+    build_store(&app.settings.storage)
+        .expect("the test store")
         .put(key, bytes.to_vec())
         .await
         .unwrap();

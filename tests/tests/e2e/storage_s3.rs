@@ -212,7 +212,8 @@ async fn retention_deletes_outputs_from_the_bucket() {
     assert!(server.list(&bucket).await.contains(&key));
     // Another organization's file in the same bucket stays.
     let foreign = format!("{}/kept/0.png", uuid::Uuid::new_v4());
-    build_store(&app.settings.storage).expect("the test store")
+    build_store(&app.settings.storage)
+        .expect("the test store")
         .put(&foreign, b"not this job's".to_vec())
         .await
         .unwrap();
@@ -241,7 +242,8 @@ async fn local_files_are_served_with_ranges_and_etags() {
     assert_eq!(app.settings.storage.backend, "local");
     let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 251) as u8).collect();
     let key = "t/clip.mp4";
-    build_store(&app.settings.storage).expect("the test store")
+    build_store(&app.settings.storage)
+        .expect("the test store")
         .put(key, bytes.clone())
         .await
         .unwrap();
