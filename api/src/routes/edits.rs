@@ -93,8 +93,9 @@ pub async fn create_image_edit(
     http: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = multipart::read_body(&state, &http, payload, &EDIT_FORM).await?;
+    // The key's scope first: no body is read for a key that cannot use it.
     caller.require(Scope::ImageEdit)?;
+    let body = multipart::read_body(&state, &http, payload, &EDIT_FORM).await?;
     let is_async = query_bool(&query, "async", false)?;
     let (request, uploads, from_form) = match body {
         Body::Json(bytes) => (

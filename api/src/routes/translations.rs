@@ -74,8 +74,9 @@ pub async fn create_translation(
     http: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body = multipart::read_body(&state, &http, payload, &TRANSLATION_FORM).await?;
+    // The key's scope first: no body is read for a key that cannot use it.
     caller.require(Scope::Stt)?;
+    let body = multipart::read_body(&state, &http, payload, &TRANSLATION_FORM).await?;
     let is_async = query_bool(&query, "async", false)?;
     let (request, uploads) = match body {
         Body::Json(bytes) => (json_body::<TranslationRequest>(&bytes)?, Uploads::new()),
