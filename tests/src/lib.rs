@@ -91,26 +91,21 @@ pub struct RawPublisher {
 impl RawPublisher {
     /// Publishes `payload` to `tool`'s queue and waits for the broker.
     pub async fn publish(&self, tool: &str, payload: &[u8]) {
-        self.channel
-            .basic_publish(
-                self.topology.exchange().into(),
-                tool.into(),
-                lapin::options::BasicPublishOptions::default(),
-                payload,
-                Default::default(),
-            )
-            .await
-            .expect("publishing")
-            .await
-            .expect("the broker's answer");
+        self.publish_to(self.topology.exchange(), tool, payload)
+            .await;
     }
 
     /// Puts `payload` straight into `tool`'s dead-letter queue, as the
     /// broker does with a message no consumer could take.
     pub async fn dead_letter(&self, tool: &str, payload: &[u8]) {
+        self.publish_to(self.topology.dead_letter_exchange(), tool, payload)
+            .await;
+    }
+
+    async fn publish_to(&self, exchange: String, tool: &str, payload: &[u8]) {
         self.channel
             .basic_publish(
-                self.topology.dead_letter_exchange().into(),
+                exchange.into(),
                 tool.into(),
                 lapin::options::BasicPublishOptions::default(),
                 payload,
