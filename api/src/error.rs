@@ -67,6 +67,12 @@ pub enum ApiError {
     /// The plan's maximum count of something is reached.
     #[error("{0}")]
     LimitReached(String),
+    /// A disabled webhook cannot be sent a test event (409).
+    #[error("{0}")]
+    WebhookDisabled(String),
+    /// A shared template agent can be read and duplicated, not changed (403).
+    #[error("{0}")]
+    TemplateReadOnly(String),
     /// The body is larger than `http.max_body_bytes` (413).
     #[error("the request body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
@@ -146,6 +152,16 @@ impl ApiError {
                 StatusCode::PAYMENT_REQUIRED,
                 "invalid_request_error",
                 "limit_reached",
+            ),
+            ApiError::WebhookDisabled(_) => (
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                "webhook_disabled",
+            ),
+            ApiError::TemplateReadOnly(_) => (
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                "template_read_only",
             ),
             ApiError::PayloadTooLarge(_) => (
                 StatusCode::PAYLOAD_TOO_LARGE,

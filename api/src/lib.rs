@@ -188,7 +188,8 @@ pub async fn spawn(
         started_at: chrono::Utc::now().timestamp(),
         runs,
     };
-    let openapi = openapi::document();
+    // Served with this deployment's model names; built once.
+    let openapi = openapi::for_catalogue(openapi::document(), &catalogue);
     let known_paths = Arc::new(known_paths::KnownPaths::from_openapi(&openapi));
     let max_body = settings.http.max_body_bytes;
     let data = web::Data::new(state);

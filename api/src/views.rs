@@ -39,7 +39,7 @@ pub struct JobView {
     /// Representation B: completion time, Unix seconds.
     pub completed: Option<i64>,
     /// Representation B: what the job consumed, once finished.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<GenerationUsage>)]
     pub usage: Option<Value>,
 }
 
@@ -106,6 +106,72 @@ pub fn job_usage(job: &Job) -> Value {
     usage
 }
 
+/// A model's tier, as answers name it (`ModelTier` spelled as on the wire;
+/// the core enum's derived schema does not see its serde names).
+/// Documentation only.
+#[derive(utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum Tier {
+    Fast,
+    Standard,
+    Premium,
+}
+
+/// The usage object of a generation (what `job_usage` builds): credits,
+/// their parts, and the counters of the tool's quota bucket. The counters
+/// present depend on the tool; `*_remaining` is `null` for an unlimited
+/// bucket. Documentation only.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct GenerationUsage {
+    /// Credits charged for the request.
+    pub credits_used: i64,
+    pub credits_breakdown: CreditsBreakdown,
+    /// Images generated (`POST /images/generations`).
+    #[schema(nullable = false)]
+    pub generations_used: Option<i64>,
+    /// What the period's image generation bucket has left.
+    pub generations_remaining: Option<i64>,
+    /// Edits made (`POST /images/edits`).
+    #[schema(nullable = false)]
+    pub edits_used: Option<i64>,
+    pub edits_remaining: Option<i64>,
+    /// Seconds of video produced or of audio transcribed.
+    #[schema(nullable = false)]
+    pub seconds_used: Option<f64>,
+    pub seconds_remaining: Option<f64>,
+    /// Characters of speech synthesised.
+    #[schema(nullable = false)]
+    pub chars_used: Option<i64>,
+    pub chars_remaining: Option<i64>,
+    /// Music tracks generated.
+    #[schema(nullable = false)]
+    pub tracks_used: Option<i64>,
+    pub tracks_remaining: Option<i64>,
+    /// The model tier's factor on the bucket (the bucket was charged
+    /// used x multiplier); absent for image generations and video.
+    #[schema(nullable = false)]
+    pub quota_multiplier: Option<f64>,
+}
+
+/// Where a generation's credits came from. Documentation only.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct CreditsBreakdown {
+    /// The credits of the request.
+    pub base: i64,
+    /// Taken from the period's included credits (once the job settled).
+    #[schema(nullable = false)]
+    pub included: Option<i64>,
+    /// Taken from purchased credits.
+    #[schema(nullable = false)]
+    pub purchased: Option<i64>,
+    /// Charged as overage.
+    #[schema(nullable = false)]
+    pub overage: Option<i64>,
+}
+
 /// `?async=true` answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AsyncJobCreated {
@@ -133,9 +199,11 @@ impl From<&Job> for AsyncJobCreated {
 pub struct ImageData {
     /// Signed URL of the image (`response_format` `url`, the default).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub url: Option<String>,
     /// The image itself, base64 (`response_format` `b64_json`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub b64_json: Option<String>,
     pub revised_prompt: String,
     pub width: u32,
@@ -148,8 +216,9 @@ pub struct ImageGenerationResponse {
     pub created: i64,
     pub data: Vec<ImageData>,
     pub model: String,
+    #[schema(value_type = Tier)]
     pub model_tier: String,
-    #[schema(value_type = Object)]
+    #[schema(value_type = GenerationUsage)]
     pub usage: Value,
 }
 

@@ -161,11 +161,10 @@ pub struct RunRequestDoc {
     responses(
         (status = 200, description = "`text/event-stream`: `start` {run_id, session_id}, `step` {run_id, step: {step_number, type, content, tool, tool_input, tool_output}}, then `done` {run_id, output, credits_used, tokens_used} or `error` {run_id, error}", body = String, content_type = "text/event-stream"),
         (status = 400, description = "input missing or longer than 10,000 characters, or an invalid field (`param` names it)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 402, description = "Quota exceeded for agent_runs, or for credits", body = ErrorBody),
-        (status = 403, description = "Missing scope `agents`, or agents not available on the plan", body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the agent_runs quota, the credits or the overage hard limit; `limit_reached`: more tools or iterations than the plan allows", body = ErrorBody),
+        (status = 403, description = "Missing scope `agents`, or `not_available_on_plan`: agents not available on the plan", body = ErrorBody),
         (status = 404, description = "Agent not found", body = ErrorBody),
-        (status = 429, body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
     ),
     security(("bearer" = ["agents"]))
 )]

@@ -191,10 +191,10 @@ async fn create_within_plan(state: &AppState, new: &NewAgent) -> Result<HttpResp
     request_body = AgentCreateRequest,
     responses(
         (status = 201, body = AgentEnvelope),
-        (status = 400, description = "Invalid field; `param` names it (`name` missing, invalid tool ids...)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 402, description = "Agent limit reached, or more tools or iterations than the plan allows", body = ErrorBody),
-        (status = 403, description = "Missing scope `agents`, or agents not available on the plan", body = ErrorBody),
+        (status = 400, description = "Invalid field; `param` names it (`name` missing, invalid tool ids, an unknown model...)", body = ErrorBody),
+        (status = 402, description = "`limit_reached`: agent limit reached, or more tools or iterations than the plan allows", body = ErrorBody),
+        (status = 403, description = "Missing scope `agents`, or `not_available_on_plan`: agents not available on the plan", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
     ),
     security(("bearer" = ["agents"]))
 )]
@@ -291,11 +291,11 @@ pub async fn get_agent(
     request_body = AgentUpdateRequest,
     responses(
         (status = 200, body = AgentEnvelope),
-        (status = 400, description = "Invalid field, or a template (duplicate it to change it)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 402, description = "More tools or iterations than the plan allows", body = ErrorBody),
-        (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
+        (status = 400, description = "Invalid field; `param` names it", body = ErrorBody),
+        (status = 402, description = "`limit_reached`: more tools or iterations than the plan allows", body = ErrorBody),
+        (status = 403, description = "`template_read_only`: a template (shared) agent cannot be changed, duplicate it; `not_available_on_plan`; or scope `agents` missing", body = ErrorBody),
+        (status = 404, description = "Agent not found (another organization's included)", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
     ),
     security(("bearer" = ["agents"]))
 )]
@@ -314,7 +314,7 @@ pub async fn update_agent(
     match queries::agents::update(&mut conn, caller.org_id, id, changes).await? {
         UpdateOutcome::Updated(agent) => Ok(HttpResponse::Ok().json(AgentEnvelope::of(*agent))),
         UpdateOutcome::NotFound => Err(not_found(KIND, &path)),
-        UpdateOutcome::Template => Err(ApiError::BadRequest(
+        UpdateOutcome::Template => Err(ApiError::TemplateReadOnly(
             "templates cannot be changed: duplicate the template and change the copy".into(),
         )),
         UpdateOutcome::Refused(refusal) => Err(refusal.into()),
@@ -362,11 +362,11 @@ pub async fn delete_agent(
     request_body(content = Option<DuplicateRequest>, description = "Optional: the copy's name"),
     responses(
         (status = 201, body = AgentEnvelope),
-        (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 402, description = "Agent limit reached", body = ErrorBody),
-        (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
+        (status = 400, description = "Invalid `name`, or a body that is not JSON", body = ErrorBody),
+        (status = 402, description = "`limit_reached`: agent limit reached, or more tools or iterations than the plan allows", body = ErrorBody),
+        (status = 403, description = "Missing scope `agents`, or `not_available_on_plan`: agents not available on the plan", body = ErrorBody),
+        (status = 404, description = "Agent not found", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
     ),
     security(("bearer" = ["agents"]))
 )]

@@ -101,10 +101,9 @@ fn transaction_json(row: &CreditTransaction) -> Value {
         ("offset" = Option<i64>, Query, minimum = 0, description = "default 0"),
     ),
     responses(
-        (status = 200, description = "`{success, data: {balance, current_period, transactions[]}, meta: {pagination}}`", body = Object),
-        (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody),
+        (status = 200, description = "The balance, the current period and a page of the ledger", body = crate::openapi::schemas::CreditsEnvelope),
+        (status = 400, description = "An invalid parameter; `param` names it", body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: usage", body = ErrorBody),
     ),
     security(("bearer" = ["usage"]))
 )]
@@ -173,9 +172,8 @@ pub async fn get_credits(
 #[utoipa::path(
     tag = "billing",
     responses(
-        (status = 200, description = "`{success, data: {period, credits, buckets[]}}`", body = Object),
-        (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody),
+        (status = 200, description = "The credits and every quota bucket of the period", body = crate::openapi::schemas::QuotaEnvelope),
+        (status = 403, description = "API key does not have required scope: usage", body = ErrorBody),
     ),
     security(("bearer" = ["usage"]))
 )]
@@ -260,9 +258,8 @@ fn overage_status_json(account: &BillingAccount, plan: &Plan) -> Value {
 #[utoipa::path(
     tag = "billing",
     responses(
-        (status = 200, description = "`{success, data: {enabled, rate_per_credit, current_usage, limits, notifications}}`", body = Object),
-        (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody),
+        (status = 200, description = "The overage settings and this period's overage", body = crate::openapi::schemas::OverageEnvelope),
+        (status = 403, description = "API key does not have required scope: usage", body = ErrorBody),
     ),
     security(("bearer" = ["usage"]))
 )]
@@ -347,10 +344,10 @@ impl OverageConfigureRequest {
     tag = "billing",
     request_body = OverageConfigureRequest,
     responses(
-        (status = 200, description = "The overage status after the change", body = Object),
-        (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, description = "No overage on the plan, or scope missing", body = ErrorBody),
+        (status = 200, description = "The overage status after the change", body = crate::openapi::schemas::OverageEnvelope),
+        (status = 400, description = "An invalid field; `param` names it", body = ErrorBody),
+        (status = 403, description = "`not_available_on_plan`: no overage on the plan (enabling it); or scope `usage` missing", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
     ),
     security(("bearer" = ["usage"]))
 )]
@@ -384,9 +381,8 @@ pub async fn configure_overage(
 #[utoipa::path(
     tag = "billing",
     responses(
-        (status = 200, description = "`{success, data: {account, subscription, billing}}`", body = Object),
-        (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody),
+        (status = 200, description = "The account, its subscription and billing settings", body = crate::openapi::schemas::AccountEnvelope),
+        (status = 403, description = "API key does not have required scope: usage", body = ErrorBody),
     ),
     security(("bearer" = ["usage"]))
 )]

@@ -27,11 +27,16 @@ use crate::state::AppState;
     request_body = ChatCompletionRequest,
     params(("stream" = Option<bool>, Query, description = "Stream server-sent events (same as `stream: true`)")),
     responses(
-        (status = 200, description = "`chat.completion`, or `text/event-stream` of `chat.completion.chunk` ending with `data: [DONE]`", body = Object),
-        (status = 400, description = "invalid_request", body = ErrorBody),
+        (status = 200, description = "`chat.completion`, or (`stream`) `text/event-stream` of `chat.completion.chunk` ending with `data: [DONE]`; an upstream failing mid-stream sends `data: {\"error\": {...}}` then `[DONE]`", content(
+            (crate::openapi::schemas::ChatCompletion = "application/json"),
+            ("text/event-stream"),
+        )),
+        (status = 400, description = "`invalid_request`: an invalid field (`param` names it), an unknown model", body = ErrorBody),
         (status = 401, description = "unauthorized", body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the chat token quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "forbidden: API key does not have required scope: chat", body = ErrorBody),
-        (status = 500, description = "server_error", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`server_error`: the model provider failed (after retries and fallbacks); or an internal error", body = ErrorBody),
     ),
     security(("bearer" = ["chat"]))
 )]

@@ -75,13 +75,14 @@ pub struct ImageEditForm {
     )),
     params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
     responses(
-        (status = 200, description = "`{created, data: [{url | b64_json, width, height}], model, model_tier, usage}`", body = Object),
-        (status = 202, description = "Async job created, or the sync wait limit passed", body = AsyncJobCreated),
+        (status = 200, description = "The edited image", body = crate::openapi::schemas::ImageEditResponse),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
         (status = 400, description = "image missing, not an image or too large; invalid operation; mask missing for inpainting or objectRemoval; mask size differs; invalid `response_format`; an unexpected file in a form", body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the image edit quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: image_edit", body = ErrorBody),
-        (status = 413, description = "The body is larger than the server's limit", body = ErrorBody),
-        (status = 500, body = ErrorBody),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
     ),
     security(("bearer" = ["image_edit"]))
 )]

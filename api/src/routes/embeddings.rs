@@ -18,9 +18,11 @@ use crate::state::AppState;
     tag = "embeddings",
     request_body = EmbeddingRequest,
     responses(
-        (status = 200, description = "`{object: list, data: [{object: embedding, index, embedding}], model, usage: {prompt_tokens, total_tokens}}`. `input`: a string, strings, token ids or lists of token ids; the model's adapter serves it", body = Object),
-        (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        (status = 200, description = "One embedding per input, in order. `input`: a string, strings, token ids or lists of token ids; the model's adapter serves it", body = crate::openapi::schemas::EmbeddingList),
+        (status = 400, description = "`invalid_request`: an invalid field (`param` names it), an unknown model", body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the credits or the overage hard limit", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`generation_failed`: the model failed; or an internal error", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

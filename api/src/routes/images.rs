@@ -24,11 +24,14 @@ use crate::views::{AsyncJobCreated, ImageGenerationResponse};
     params(("async" = Option<bool>, Query, description = "Answer at once with the job instead of waiting (default false)")),
     responses(
         (status = 200, description = "Images generated", body = ImageGenerationResponse),
-        (status = 202, description = "Async job created (`async=true`), or the sync wait limit passed (a job)", body = AsyncJobCreated),
+        (status = 202, description = "Async job created (`async=true`), or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
         (status = 400, description = "Invalid request (e.g. `response_format` not `url` or `b64_json`); `param` names the field", body = ErrorBody),
         (status = 401, description = "invalid or missing API key / API key has expired", body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the image generation quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: image", body = ErrorBody),
-        (status = 500, description = "Generation failed", body = ErrorBody),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
     ),
     security(("bearer" = ["image"]))
 )]

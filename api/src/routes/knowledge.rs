@@ -96,13 +96,13 @@ pub struct KnowledgeUploadForm {
     file: Vec<u8>,
 }
 
-/// The organization's own agent; a template takes no files (400), anything
+/// The organization's own agent; a template takes no files (403), anything
 /// else is 404.
 async fn own_agent(state: &AppState, caller: &Caller, raw_id: &str) -> Result<Uuid, ApiError> {
     let id = path_id(AGENT, raw_id)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     match queries::agents::find_visible(&mut conn, caller.org_id, id).await? {
-        Some(agent) if agent.is_template => Err(ApiError::BadRequest(
+        Some(agent) if agent.is_template => Err(ApiError::TemplateReadOnly(
             "templates have no knowledge files: duplicate the template and upload to the copy"
                 .into(),
         )),
@@ -118,11 +118,10 @@ async fn own_agent(state: &AppState, caller: &Caller, raw_id: &str) -> Result<Uu
     request_body(content = KnowledgeUploadForm, content_type = "multipart/form-data"),
     responses(
         (status = 201, description = "Stored and queued for processing (`status: pending`)", body = KnowledgeFileEnvelope),
-        (status = 400, description = "`file` missing, of an unsupported type, not matching its extension, empty, or larger than the plan's maximum file size; a template", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 402, description = "The agent has the plan's maximum number of knowledge files", body = ErrorBody),
-        (status = 403, description = "Missing scope `agents`, or agents not available on the plan", body = ErrorBody),
-        (status = 404, body = ErrorBody),
+        (status = 400, description = "`file` missing, of an unsupported type, not matching its extension, empty, or larger than the plan's maximum file size (a body too large is this 400, not a 413)", body = ErrorBody),
+        (status = 402, description = "`limit_reached`: the agent has the plan's maximum number of knowledge files", body = ErrorBody),
+        (status = 403, description = "`template_read_only`: a template agent takes no files, duplicate it; `not_available_on_plan`: agents or knowledge files not on the plan; or scope `agents` missing", body = ErrorBody),
+        (status = 404, description = "Agent not found", body = ErrorBody),
     ),
     security(("bearer" = ["agents"]))
 )]

@@ -107,7 +107,7 @@ async fn submit(
         .iter()
         .enumerate()
         .map(|(i, image)| {
-            json!({ "url": image["url"], "width": image["width"], "height": image["height"], "seed": params.seed + i as u64 })
+            json!({ "url": image["url"], "width": image["width"], "height": image["height"], "seed": params.seed.wrapping_add(i as u64) })
         })
         .collect();
     let data = json!({
@@ -146,11 +146,17 @@ async fn handle<R: LegacyRequest>(
     request_body = LegacyGenerateRequest,
     params(("async" = Option<bool>, Query, description = "Answer at once with the job id (default false)")),
     responses(
-        (status = 200, description = "`{success: true, data: {images: [{url, width, height, seed}], model, resolved_model, prompt, job_id}, error: null, meta: {request_id, created, processing_ms, credits_used}}`", body = Object),
-        (status = 202, description = "`{success: true, data: {job_id, status}, ...}`", body = Object),
-        (status = 400, description = "`{success: false, data: null, error: {code, message, field}, meta}`", body = Object),
-        (status = 401, body = Object),
-        (status = 403, body = Object),
+        (status = 200, description = "The images, in the envelope `{success: true, data, error: null, meta}`", body = crate::openapi::schemas::LegacyImageEnvelope),
+        (status = 202, description = "The job is not finished (`async=true`, or the sync wait limit passed): poll `GET /jobs/{job_id}`", body = crate::openapi::schemas::LegacyAcceptedEnvelope),
+        (status = 400, description = "`invalid_request`: an invalid field (`error.field` names it), or an invalid `async`", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 401, description = "`unauthorized`: invalid or missing API key, or the key has expired", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 402, description = "`quota_exceeded`: the image generation quota, the credits or the overage hard limit", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 403, description = "`forbidden`: the key lacks scope `image`, or the organization is suspended", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit (rejected before the handler: the JSON error body, not the envelope)", body = crate::error::ErrorBody),
+        (status = 429, description = "`rate_limited`: the key's request rate or the plan's concurrent requests are used up (no `Retry-After` here)", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 500, description = "`generation_failed` or `server_error`", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 503, description = "`service_unavailable`: the database is unavailable; retry shortly", body = crate::openapi::schemas::LegacyErrorEnvelope),
     ),
     security(("bearer" = ["image"]))
 )]
@@ -170,11 +176,17 @@ pub async fn legacy_generate(
     request_body = LegacyLogoRequest,
     params(("async" = Option<bool>, Query, description = "Answer at once with the job id (default false)")),
     responses(
-        (status = 200, description = "Same envelope as /ai-image/generate", body = Object),
-        (status = 202, body = Object),
-        (status = 400, body = Object),
-        (status = 401, body = Object),
-        (status = 403, body = Object),
+        (status = 200, description = "The logo, in the envelope of /ai-image/generate", body = crate::openapi::schemas::LegacyImageEnvelope),
+        (status = 202, description = "The job is not finished (`async=true`, or the sync wait limit passed): poll `GET /jobs/{job_id}`", body = crate::openapi::schemas::LegacyAcceptedEnvelope),
+        (status = 400, description = "`invalid_request`: an invalid field (`error.field` names it), or an invalid `async`", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 401, description = "`unauthorized`: invalid or missing API key, or the key has expired", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 402, description = "`quota_exceeded`: the image generation quota, the credits or the overage hard limit", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 403, description = "`forbidden`: the key lacks scope `image`, or the organization is suspended", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit (rejected before the handler: the JSON error body, not the envelope)", body = crate::error::ErrorBody),
+        (status = 429, description = "`rate_limited`: the key's request rate or the plan's concurrent requests are used up (no `Retry-After` here)", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 500, description = "`generation_failed` or `server_error`", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 503, description = "`service_unavailable`: the database is unavailable; retry shortly", body = crate::openapi::schemas::LegacyErrorEnvelope),
     ),
     security(("bearer" = ["image"]))
 )]

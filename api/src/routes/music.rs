@@ -24,12 +24,15 @@ const MAX_SOURCE_AUDIO_SECONDS: f64 = 600.0;
     request_body = MusicGenerationRequest,
     params(("async" = Option<bool>, Query, description = "Default true: answer at once with the job")),
     responses(
-        (status = 200, description = "`{created, data: {audio_url, duration_seconds}, model, model_tier, usage}`", body = Object),
-        (status = 202, description = "Async job created", body = AsyncJobCreated),
+        (status = 200, description = "The track (`async=false`)", body = crate::openapi::schemas::MusicGenerationResponse),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
         (status = 400, description = "prompt missing; duration_seconds above the model maximum; source_audio not audio or longer than 10 minutes", body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the music track quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: music", body = ErrorBody),
-        (status = 500, body = ErrorBody),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
+        (status = 503, description = "`service_unavailable`: `source_audio` could not be measured in time, or the database is unavailable; retry", body = ErrorBody),
     ),
     security(("bearer" = ["music"]))
 )]

@@ -33,12 +33,38 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             "request body must be a JSON object".into(),
         ));
     }
+    let mut ignored = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = deserialize_noting_ignored(&mut de, &mut ignored);
+    // JSON Schema's `integer` includes `2.0`, and so does what many clients
+    // send (Python's `json.dumps(2.0)`): an integral float where an integer
+    // is expected is read as that integer.
+    let parsed = match parsed {
+        Err(err)
+            if err
+                .inner()
+                .to_string()
+                .starts_with("invalid type: floating point") =>
+        {
+            match serde_json::from_slice::<serde_json::Value>(body) {
+                Ok(mut value) => {
+                    integral_floats_to_integers(&mut value);
+                    ignored.clear();
+                    deserialize_noting_ignored(value, &mut ignored)
+                }
+                Err(_) => Err(err),
+            }
+        }
+        parsed => parsed,
+    };
     // PostgreSQL text cannot hold NUL: refused here, naming the field, for
     // every JSON body (it would otherwise be a 500 wherever it is stored).
-    if body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000"))
+    // Fields the endpoint does not read are skipped: nothing keeps them.
+    if parsed.is_ok()
+        && body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000"))
         && let Some(path) = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
-            .and_then(|value| nul_path(&value, String::new()))
+            .and_then(|value| nul_path(&value, &mut Vec::new(), &ignored))
     {
         let param = if path.is_empty() {
             ".".to_owned()
@@ -50,8 +76,7 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             param,
         });
     }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|err| {
+    parsed.map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -65,6 +90,35 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             }
         }
     })
+}
+
+/// Numbers written as floats with no fractional part (`2.0`, `1e3`) become
+/// integers when exactly representable; others are left as they are.
+fn integral_floats_to_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(number) if !number.is_i64() && !number.is_u64() => {
+            if let Some(float) = number.as_f64()
+                && is_exact_integer(float)
+            {
+                // Within +/-2^53 the conversions are exact.
+                *value = if float >= 0.0 {
+                    Value::from(float as u64)
+                } else {
+                    Value::from(float as i64)
+                };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        Value::Object(fields) => fields.values_mut().for_each(integral_floats_to_integers),
+        _ => {}
+    }
+}
+
+/// A float with no fractional part that an f64 holds exactly (|x| <= 2^53).
+fn is_exact_integer(float: f64) -> bool {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    float.is_finite() && float.fract() == 0.0 && float.abs() <= EXACT
 }
 
 /// Deepest nesting of objects and arrays a body may have (serde's own limit
@@ -97,30 +151,96 @@ fn nesting_depth(body: &[u8]) -> usize {
     deepest
 }
 
+/// One step of a path into a JSON value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// `T` from `de`, with the paths of the fields `T` does not read added to
+/// `ignored`.
+fn deserialize_noting_ignored<'de, D, T>(
+    de: D,
+    ignored: &mut Vec<Vec<Step>>,
+) -> Result<T, serde_path_to_error::Error<D::Error>>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    let mut note = |path: serde_ignored::Path<'_>| ignored.push(steps(&path));
+    serde_path_to_error::deserialize(serde_ignored::Deserializer::new(de, &mut note))
+}
+
+fn steps(path: &serde_ignored::Path<'_>) -> Vec<Step> {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => Vec::new(),
+        Path::Seq { parent, index } => {
+            let mut steps = steps(parent);
+            steps.push(Step::Index(*index));
+            steps
+        }
+        Path::Map { parent, key } => {
+            let mut steps = steps(parent);
+            steps.push(Step::Key(key.clone()));
+            steps
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => steps(parent),
+    }
+}
+
 /// The path (`messages[0].content`) of the first string or key holding a
-/// NUL character.
-fn nul_path(value: &serde_json::Value, at: String) -> Option<String> {
+/// NUL character, outside the `ignored` subtrees.
+fn nul_path(
+    value: &serde_json::Value,
+    at: &mut Vec<Step>,
+    ignored: &[Vec<Step>],
+) -> Option<String> {
     use serde_json::Value;
+    if ignored.iter().any(|path| path == at) {
+        return None;
+    }
     match value {
-        Value::String(text) => text.contains('\0').then_some(at),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, item)| nul_path(item, format!("{at}[{i}]"))),
+        Value::String(text) => text.contains('\0').then(|| display(at)),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            at.push(Step::Index(i));
+            let found = nul_path(item, at, ignored);
+            at.pop();
+            found
+        }),
         Value::Object(fields) => fields.iter().find_map(|(key, item)| {
-            let path = if at.is_empty() {
-                key.clone()
+            at.push(Step::Key(key.clone()));
+            let found = if ignored.iter().any(|path| path == at) {
+                None
+            } else if key.contains('\0') {
+                Some(display(at))
             } else {
-                format!("{at}.{key}")
+                nul_path(item, at, ignored)
             };
-            if key.contains('\0') {
-                Some(path)
-            } else {
-                nul_path(item, path)
-            }
+            at.pop();
+            found
         }),
         _ => None,
     }
+}
+
+/// `messages[0].content`
+fn display(path: &[Step]) -> String {
+    let mut text = String::new();
+    for step in path {
+        match step {
+            Step::Key(key) if text.is_empty() => text.push_str(key),
+            Step::Key(key) => {
+                text.push('.');
+                text.push_str(key);
+            }
+            Step::Index(index) => text.push_str(&format!("[{index}]")),
+        }
+    }
+    text
 }
 
 /// serde's `invalid type: string "2", expected u32 at line 1 column 9` as
@@ -354,6 +474,55 @@ mod tests {
         let err = json_body::<Body>(b"{not json").unwrap_err().to_string();
         assert!(err.starts_with("request body is not valid JSON"), "{err}");
         assert!(json_body::<Body>(b"").is_err());
+    }
+
+    #[test]
+    fn nul_characters_in_fields_the_endpoint_does_not_read_are_ignored() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Named {
+            #[allow(dead_code)]
+            name: String,
+            #[allow(dead_code)]
+            extra: Option<serde_json::Value>,
+        }
+        // Unknown fields are not kept: a NUL there harms nothing.
+        assert!(json_body::<Named>(br#"{"name": "a", "other\u0000": {"b": "\u0000"}}"#).is_ok());
+        // A read field, or anything inside a kept JSON value, is refused.
+        let err = json_body::<Named>(br#"{"name": "a\u0000"}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::InvalidField { param, .. } if param == "name"),
+            "{err:?}"
+        );
+        let err = json_body::<Named>(br#"{"name": "a", "extra": [{"k\u0000": 1}]}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::InvalidField { param, .. } if param == "extra[0].k\u{0}"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn integral_floats_are_read_where_integers_are_expected() {
+        #[derive(Debug, serde::Deserialize)]
+        struct Sized {
+            n: u32,
+            seed: Option<i64>,
+            scale: f64,
+        }
+        let body: Sized = json_body(br#"{"n": 2.0, "seed": -3e0, "scale": 1.0}"#).unwrap();
+        assert_eq!((body.n, body.seed, body.scale), (2, Some(-3), 1.0));
+        let err = json_body::<Sized>(br#"{"n": 2.5, "scale": 1}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::InvalidField { param, .. } if param == "n"),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "n must be a non-negative integer, got 2.5");
+        let err = json_body::<Sized>(br#"{"n": 1e300, "scale": 1}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::InvalidField { param, .. } if param == "n"),
+            "{err:?}"
+        );
+        let err = json_body::<Sized>(br#"{"n": -1.0, "scale": 1}"#).unwrap_err();
+        assert_eq!(err.to_string(), "n must be a non-negative integer, got -1");
     }
 
     #[test]

@@ -42,12 +42,22 @@ fn content_type(format: &str) -> &'static str {
     request_body = SpeechRequest,
     params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
     responses(
-        (status = 200, description = "JSON with `audio_url`, or the audio itself", body = Object),
-        (status = 202, description = "Async job created", body = AsyncJobCreated),
+        (status = 200, description = "JSON with `audio_url`; or, for `Accept: audio/*` or `application/octet-stream`, the audio itself in its `response_format`: mp3 `audio/mpeg`, wav `audio/wav`, opus `audio/ogg`, aac `audio/aac`, flac `audio/flac`, pcm `audio/pcm`", content(
+            (crate::openapi::schemas::SpeechResponse = "application/json"),
+            ("audio/mpeg"),
+            ("audio/wav"),
+            ("audio/ogg"),
+            ("audio/aac"),
+            ("audio/flac"),
+            ("audio/pcm"),
+        )),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
         (status = 400, description = "input missing or empty; input longer than 10,000 chars; speed outside 0.25 to 4.0; response_format not mp3, wav, opus, aac, flac or pcm", body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the speech characters quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: tts", body = ErrorBody),
-        (status = 500, body = ErrorBody),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
     ),
     security(("bearer" = ["tts"]))
 )]

@@ -56,13 +56,20 @@ pub struct TranslationForm {
     )),
     params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
     responses(
-        (status = 200, description = "English text (JSON, OpenAI's verbose JSON, text, SRT or WebVTT)", body = Object),
-        (status = 202, description = "Async job created", body = AsyncJobCreated),
+        (status = 200, description = "English text (JSON, OpenAI's verbose JSON, text, SRT or WebVTT, by `response_format`: `json` and `verbose_json` as JSON, `text` as text/plain, `srt` as application/x-subrip, `vtt` as text/vtt)", content(
+            (crate::openapi::schemas::TranscriptionResponse = "application/json"),
+            (String = "text/plain"),
+            (String = "application/x-subrip"),
+            (String = "text/vtt"),
+        )),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
         (status = 400, description = "file missing, not audio, too large or longer than `jobs.max_audio_seconds` (default 2 hours); an invalid field; an unexpected file in a form", body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the transcription seconds quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: stt", body = ErrorBody),
-        (status = 413, description = "The body is larger than the server's limit", body = ErrorBody),
-        (status = 500, description = "translation failed", body = ErrorBody),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`generation_failed`: the translation failed; or an internal error", body = ErrorBody),
+        (status = 503, description = "`service_unavailable`: the audio could not be measured in time, or the database is unavailable; retry", body = ErrorBody),
     ),
     security(("bearer" = ["stt"]))
 )]

@@ -39,7 +39,13 @@ use crate::state::AppState;
         ("format" = Option<String>, Query, pattern = "^(json|csv)$", description = "json (default) or csv: every record of the range, up to 100,000 rows"),
     ),
     responses(
-        (status = 200, description = "The envelope; with format=csv a text/csv attachment", body = UsageResponse),
+        (status = 200, description = "The envelope; with format=csv a text/csv attachment (`Content-Disposition: attachment`) of every record in the range", content(
+            (UsageResponse = "application/json"),
+            (String = "text/csv"),
+        ), headers(
+            ("X-Total-Count" = i64, description = "format=csv: records in the range"),
+            ("X-Row-Count" = i64, description = "format=csv: rows in the file"),
+        )),
         (status = 400, description = "A parameter is invalid; `param` names it", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "API key does not have required scope: usage", body = ErrorBody),
@@ -65,13 +71,18 @@ pub async fn get_usage(
     }
     let now = Utc::now();
     let current = usage::current_period(&mut conn, caller.org_id, now).await?;
-    let start = match params.start {
-        Some(bound) => resolve(&mut conn, bound, tz).await?,
-        None => current.start,
-    };
     let end = match params.end {
         Some(bound) => resolve(&mut conn, bound, tz).await?,
         None => now,
+    };
+    let start = match params.start {
+        Some(bound) => resolve(&mut conn, bound, tz).await?,
+        // An end before the current period, alone, asks about the past:
+        // the (calendar) period it closes is read.
+        None if end <= current.start => {
+            unigen_db::queries::billing::period_containing(end - TimeDelta::nanoseconds(1)).0
+        }
+        None => current.start,
     };
     if start >= end {
         return Err(ValidationError::new(

@@ -19,12 +19,14 @@ use crate::views::{AsyncJobCreated, job_usage};
     request_body = VideoGenerationRequest,
     params(("async" = Option<bool>, Query, description = "Default true: answer at once with the job")),
     responses(
-        (status = 200, description = "`{created, data: {url, duration_seconds, width, height}, model, model_tier, usage}`", body = Object),
-        (status = 202, description = "Async job created", body = AsyncJobCreated),
-        (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody),
+        (status = 200, description = "The video (`async=false`)", body = crate::openapi::schemas::VideoGenerationResponse),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
+        (status = 400, description = "Invalid request; `param` names the field", body = ErrorBody),
+        (status = 402, description = "`quota_exceeded`: the video seconds quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: video", body = ErrorBody),
-        (status = 500, body = ErrorBody),
+        (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
     ),
     security(("bearer" = ["video"]))
 )]

@@ -196,9 +196,9 @@ const KIND: &str = "webhook";
     responses(
         (status = 201, body = WebhookView),
         (status = 400, description = "Invalid field; `param` names it (`url` not https, unknown `events` kind...)", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 402, description = "The plan's webhook limit is reached", body = ErrorBody),
-        (status = 403, description = "Missing scope `webhooks`, or no webhooks on the plan", body = ErrorBody),
+        (status = 402, description = "`limit_reached`: the plan's webhook limit is reached", body = ErrorBody),
+        (status = 403, description = "Missing scope `webhooks`, or `not_available_on_plan`: no webhooks on the plan", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
     ),
     security(("bearer" = ["webhooks"]))
 )]
@@ -300,10 +300,9 @@ pub async fn get_webhook(
     request_body = WebhookRequest,
     responses(
         (status = 200, body = WebhookView),
-        (status = 400, body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
+        (status = 400, description = "Invalid field; `param` names it", body = ErrorBody),
+        (status = 404, description = "Unknown webhook (another organization's included)", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
     ),
     security(("bearer" = ["webhooks"]))
 )]
@@ -413,10 +412,8 @@ pub async fn rotate_webhook_secret(
     params(("id" = String, Path, description = "Webhook id")),
     responses(
         (status = 202, body = TestEventQueued),
-        (status = 400, description = "The webhook is disabled", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody),
-        (status = 404, body = ErrorBody),
+        (status = 404, description = "Unknown webhook (another organization's included)", body = ErrorBody),
+        (status = 409, description = "`webhook_disabled`: the webhook is disabled; enable it (PATCH `enabled: true`) first", body = ErrorBody),
     ),
     security(("bearer" = ["webhooks"]))
 )]
@@ -434,7 +431,7 @@ pub async fn test_webhook(
         .await?
         .ok_or_else(|| not_found(KIND, &path))?;
     if !webhook.enabled {
-        return Err(ApiError::BadRequest(
+        return Err(ApiError::WebhookDisabled(
             "the webhook is disabled; enable it (PATCH enabled=true) to send a test event".into(),
         ));
     }

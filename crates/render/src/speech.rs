@@ -68,7 +68,7 @@ pub struct Speech {
 /// Synthesizes `spec.text` and encodes it in `spec.format`.
 ///
 /// Errors are Permanent for bad input (empty or over-long text, speed out of
-/// range, nothing speakable) and when espeak-ng/ffmpeg are missing or fail.
+/// range) and when espeak-ng/ffmpeg are missing or fail.
 pub async fn synthesize(spec: &SpeechSpec<'_>) -> Result<Speech, ProviderError> {
     if !spec.speed.is_finite() || !(0.25..=4.0).contains(&spec.speed) {
         return Err(ProviderError::Permanent(format!(
@@ -104,11 +104,13 @@ pub async fn synthesize(spec: &SpeechSpec<'_>) -> Result<Speech, ProviderError> 
     let speakable = wav[data_start..]
         .chunks_exact(2)
         .any(|s| i16::from_le_bytes([s[0], s[1]]).unsigned_abs() > 32);
-    if !speakable {
-        return Err(ProviderError::Permanent(
-            "text contains nothing speakable".into(),
-        ));
-    }
+    // Text with nothing to pronounce ("...", symbols espeak-ng skips) is a
+    // valid request: it is spoken as a short silence, not refused.
+    let wav = if speakable {
+        wav
+    } else {
+        audio::encode_wav(&[0.0; SILENCE_SAMPLES], SILENCE_RATE)
+    };
 
     let filter = tempo.map(atempo_chain);
     let bytes = match (spec.format, filter) {
@@ -286,6 +288,10 @@ fn sanitize_text(text: &str) -> String {
         .collect()
 }
 
+/// Half a second of silence at espeak-ng's own sample rate.
+const SILENCE_RATE: u32 = 22_050;
+const SILENCE_SAMPLES: usize = SILENCE_RATE as usize / 2;
+
 /// Runs espeak-ng with the text on stdin and returns the WAV it writes to stdout.
 async fn run_espeak(voice: &EspeakVoice, wpm: u32, text: &str) -> Result<Vec<u8>, ProviderError> {
     let args: Vec<OsString> = [
@@ -377,6 +383,20 @@ mod tests {
         assert!(rate == 22_050 || rate == 24_000);
         let x = samples(&s.bytes);
         assert!((x.len() as f64 / f64::from(rate) - s.duration_seconds).abs() < 1e-6);
+    }
+
+    #[tokio::test]
+    async fn text_without_sound_is_half_a_second_of_silence() {
+        for format in [AudioFormat::Wav, AudioFormat::Mp3] {
+            let s = say("...", "alloy", 1.0, format).await;
+            assert!(
+                (0.45..0.6).contains(&s.duration_seconds),
+                "{format:?}: {}",
+                s.duration_seconds
+            );
+        }
+        let s = say("...", "nova", 1.0, AudioFormat::Wav).await;
+        assert!(samples(&s.bytes).iter().all(|x| *x == 0.0));
     }
 
     #[tokio::test]

@@ -122,6 +122,12 @@ pub fn dimensions(resolution: &str, aspect_ratio: &str) -> Option<(u32, u32)> {
     })
 }
 
+/// Encodings that may run at once in this process: one per core.
+static ENCODING_TURNS: std::sync::LazyLock<tokio::sync::Semaphore> =
+    std::sync::LazyLock::new(|| {
+        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))
+    });
+
 /// Renders and encodes. `progress` is called with 0..=100 as frames are
 /// produced (at most every 5%), and with 100 once the MP4 is complete.
 ///
@@ -133,8 +139,14 @@ pub async fn generate(
     progress: &(dyn Fn(u8) + Send + Sync),
 ) -> Result<Video, ProviderError> {
     let frames = check_spec(spec)?;
-    let started = std::time::Instant::now();
     progress(0);
+    // One encoding per core at a time: the time limit assumes the encoding
+    // has a core; past that, videos sharing the cores all starved past it.
+    let _turn = ENCODING_TURNS
+        .acquire()
+        .await
+        .expect("the encoding semaphore is never closed");
+    let started = std::time::Instant::now();
     let limit = time_limit(spec.width, spec.height, frames);
     let work = async {
         match spec.mode {

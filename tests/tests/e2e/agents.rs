@@ -304,7 +304,8 @@ async fn templates_are_listed_by_category_read_and_duplicated_but_never_changed(
     .await;
     assert_eq!(status, 200);
     let (status, body) = patch(&app, &app.key, &template_id, json!({"name": "mine now"})).await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "template_read_only", "{body}");
     assert_eq!(
         body["error"]["message"],
         "templates cannot be changed: duplicate the template and change the copy"

@@ -336,7 +336,8 @@ async fn uploads_are_validated_with_the_file_field_named() {
         .as_str()
         .unwrap();
     let (status, body) = upload(&app, &app.key, template, "a.txt", b"text".to_vec()).await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], "template_read_only", "{body}");
     assert!(
         body["error"]["message"]
             .as_str()

@@ -32,6 +32,24 @@ async fn legacy_generation_answers_the_envelope_with_images_of_the_named_size() 
         image::load_from_memory(&fetch(&app, images[0]["url"].as_str().unwrap()).await).unwrap();
     assert_eq!((png.width(), png.height()), (1024, 576));
 
+    // The largest seed: the next image's seed wraps around as the renderer's
+    // does (it was an overflow panic on the API's worker thread).
+    let body =
+        json!({"prompt": "x", "model": "flux-schnell", "size": "square", "n": 2, "seed": u64::MAX});
+    let (status, envelope) = json_of(
+        app.post_json("/api/v1/ai-image/generate", &app.key, &body)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{envelope}");
+    let seeds: Vec<_> = envelope["data"]["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|image| image["seed"].as_u64())
+        .collect();
+    assert_eq!(seeds, [Some(u64::MAX), Some(0)]);
+
     let (status, accepted) = json_of(
         app.post_json(
             "/api/v1/ai-image/generate?async=true",

@@ -585,6 +585,14 @@ async fn invalid_parameters_are_400_naming_the_field() {
         // Byte len-6 falls inside a character: a 400, never a panic.
         ("start_date=a%E2%82%AC%E2%82%ACb", "start_date"),
         ("end_date=a%E2%82%AC%E2%82%ACb", "end_date"),
+        // A typed parameter given empty is not the same as leaving it out.
+        ("limit=", "limit"),
+        ("offset=", "offset"),
+        ("format=", "format"),
+        ("aggregation=", "aggregation"),
+        ("api_key_id=", "api_key_id"),
+        ("start_date=", "start_date"),
+        ("end_date=", "end_date"),
     ] {
         let (status, error) = error_of(&f.app, &f.app.key, query).await;
         assert_eq!(status, 400, "{query}: {error}");
@@ -766,6 +774,27 @@ async fn current_usage_reports_the_billing_period_and_defaults_the_range_to_it()
     // No billing account yet: the plan's included credits, no overage.
     let body = usage(&f.app, &f.app.key, "").await;
     assert_eq!(request_ids(&body), [current_id.to_string()]);
+    // An end before the current period, alone, reads the period it closes
+    // (not an empty range refused).
+    let past_end = period_start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let past = usage(
+        &f.app,
+        &f.app.key,
+        &format!("end_date={}", past_end.replace('+', "%2B")),
+    )
+    .await;
+    assert_eq!(past["data"]["summary"]["total_requests"], 1, "{past}");
+    let previous_start = (period_start - chrono::Months::new(1))
+        .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    assert_eq!(
+        past["data"]["summary"]["period"]["start"], previous_start,
+        "{past}"
+    );
+    // Free text given empty is left out, as before.
+    assert_eq!(
+        request_ids(&usage(&f.app, &f.app.key, "model=&endpoint=").await),
+        [current_id.to_string()]
+    );
     let expected_start = period_start.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
     assert_eq!(body["data"]["summary"]["period"]["start"], expected_start);
     let current = &body["data"]["current_usage"];

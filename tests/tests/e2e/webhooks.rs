@@ -632,12 +632,16 @@ async fn ten_consecutive_failed_deliveries_disable_the_webhook_until_it_is_re_en
             .unwrap()
             .contains("10 consecutive")
     );
-    let (status, _) = json_of(
+    let (status, body) = json_of(
         app.post_json(&format!("{path}/test"), &app.key, &json!({}))
             .await,
     )
     .await;
-    assert_eq!(status, 400, "a disabled webhook takes no test event");
+    assert_eq!(
+        status, 409,
+        "a disabled webhook takes no test event: {body}"
+    );
+    assert_eq!(body["error"]["code"], "webhook_disabled", "{body}");
 
     let response = app
         .client

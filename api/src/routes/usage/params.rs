@@ -60,7 +60,24 @@ impl UsageParams {
                 ));
             }
         }
-        // An empty value (`model=`) is the same as leaving the parameter out.
+        // An empty free-text value (`model=`) is the same as leaving the
+        // parameter out; a typed one given empty (`limit=`) is refused.
+        for name in [
+            "limit",
+            "offset",
+            "format",
+            "aggregation",
+            "api_key_id",
+            "start_date",
+            "end_date",
+        ] {
+            if query.get(name).is_some_and(|v| v.trim().is_empty()) {
+                return Err(ValidationError::new(
+                    name,
+                    format!("{name} must not be empty (leave it out for the default)"),
+                ));
+            }
+        }
         let get = |name: &str| query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
         let limit = match get("limit") {
             None => DEFAULT_LIMIT,
