@@ -230,6 +230,25 @@ ensure_sdk_js() {
   fi
 }
 
+# schemathesis for the OpenAPI fuzzing run (tests/tests/e2e/schemathesis.rs),
+# pinned with hashes in tests/schemathesis/requirements.txt, in its own venv
+# (its dependencies need not agree with the SDKs').
+ensure_schemathesis() {
+  local venv="$ROOT/.venv-schemathesis" wanted
+  local stamp="$venv/.requirements.sha256"
+  wanted=$(sha256sum "$ROOT/tests/schemathesis/requirements.txt" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || ! "$venv/bin/schemathesis" --version >/dev/null 2>&1; then
+    log "installing schemathesis (tests/schemathesis/requirements.txt) into .venv-schemathesis"
+    command -v python3 >/dev/null || apt_install python3
+    python3 -m venv --help >/dev/null 2>&1 || apt_install python3-venv
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      --require-hashes --only-binary :all: -r "$ROOT/tests/schemathesis/requirements.txt"
+    echo "$wanted" > "$stamp"
+  fi
+}
+
 # Starts the sidecar on $1 unless something answers there; sets WHISPER_PID.
 start_whisper() {
   local port=$1

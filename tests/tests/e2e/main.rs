@@ -29,6 +29,7 @@ mod pipeline;
 mod recovery;
 mod replicate;
 mod replicate_outputs;
+mod schemathesis;
 mod storage_s3;
 mod tenancy;
 mod tools;
