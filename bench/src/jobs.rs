@@ -1,20 +1,127 @@
-//! Shared by the job benchmarks: submitting image jobs, long-polling them to
-//! a terminal state, and summarising server-side job timestamps.
+//! Shared by the job benchmarks: the job each submits (`--tool`,
+//! `--model`), submitting it, long-polling it to a terminal state, and
+//! summarising server-side job timestamps.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use base64::Engine;
 use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use reqwest::header::CONTENT_TYPE;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-/// The request every job benchmark sends.
-pub fn image_body() -> Vec<u8> {
-    json!({ "prompt": "bench", "size": "512x512" })
-        .to_string()
-        .into_bytes()
+/// A job tool, as `--tool` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tool {
+    Image,
+    ImageEdit,
+    Video,
+    Music,
+    Tts,
+    Stt,
+}
+
+/// Which job a benchmark submits: `--tool` and `--model`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobArgs {
+    /// The tool whose jobs are submitted (each gets a small valid request).
+    #[arg(long, value_enum, default_value_t = Tool::Image)]
+    pub tool: Tool,
+    /// The model to ask for, e.g. bench/noop (bench/unigen-bench.toml: no
+    /// rendering). Default: the server's default model for the tool.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+impl JobArgs {
+    /// The endpoint under the API base, e.g. `/images/generations`.
+    pub fn path(&self) -> &'static str {
+        match self.tool {
+            Tool::Image => "/images/generations",
+            Tool::ImageEdit => "/images/edits",
+            Tool::Video => "/videos/generations",
+            Tool::Music => "/music/generations",
+            Tool::Tts => "/audio/speech",
+            Tool::Stt => "/audio/transcriptions",
+        }
+    }
+
+    /// The JSON request every job of the run sends: a small valid one,
+    /// the same each time (one output shape).
+    pub fn body(&self) -> Vec<u8> {
+        let mut body = match self.tool {
+            Tool::Image => json!({ "prompt": "bench", "size": "512x512" }),
+            Tool::ImageEdit => {
+                json!({ "image": base64(&gradient_png()), "operation": "colorization" })
+            }
+            Tool::Video => {
+                json!({ "prompt": "bench", "duration_seconds": 1, "resolution": "720p" })
+            }
+            Tool::Music => json!({ "prompt": "bench", "duration_seconds": 1 }),
+            Tool::Tts => json!({ "input": "bench" }),
+            Tool::Stt => json!({ "file": base64(&tone_wav()) }),
+        };
+        if let Some(model) = &self.model {
+            body["model"] = json!(model);
+        }
+        body.to_string().into_bytes()
+    }
+
+    /// Names the job in the JSON reports: `tool` as `--tool` spells it,
+    /// `model` (null: the server's default).
+    pub fn describe(&self) -> Value {
+        let tool = clap::ValueEnum::to_possible_value(&self.tool).expect("no tool is skipped");
+        json!({ "tool": tool.get_name(), "model": self.model })
+    }
+
+    /// Today's job: an image with the server's default model.
+    pub fn is_default(&self) -> bool {
+        self.tool == Tool::Image && self.model.is_none()
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A 64x64 RGB gradient PNG: the image edits' input.
+pub fn gradient_png() -> Vec<u8> {
+    let image = image::RgbImage::from_fn(64, 64, |x, y| {
+        image::Rgb([(x * 4) as u8, (y * 4) as u8, 128])
+    });
+    let mut png = Vec::new();
+    image
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .expect("encoding a PNG in memory");
+    png
+}
+
+/// One second of a 440 Hz tone, 16 kHz 16-bit mono WAV: the transcriptions' input.
+pub fn tone_wav() -> Vec<u8> {
+    const RATE: u32 = 16_000;
+    let samples: Vec<i16> = (0..RATE)
+        .map(|i| {
+            let t = f64::from(i) / f64::from(RATE);
+            ((t * 440.0 * std::f64::consts::TAU).sin() * 8000.0) as i16
+        })
+        .collect();
+    let data_len = (samples.len() * 2) as u32;
+    let mut wav = Vec::with_capacity(44 + data_len as usize);
+    wav.extend_from_slice(b"RIFF");
+    wav.extend_from_slice(&(36 + data_len).to_le_bytes());
+    wav.extend_from_slice(b"WAVEfmt ");
+    // PCM, mono, RATE Hz, RATE * 2 bytes/s, 2-byte frames, 16 bits.
+    for field in [16u32, 1 | (1 << 16), RATE, RATE * 2, 2 | (16 << 16)] {
+        wav.extend_from_slice(&field.to_le_bytes());
+    }
+    wav.extend_from_slice(b"data");
+    wav.extend_from_slice(&data_len.to_le_bytes());
+    for sample in samples {
+        wav.extend_from_slice(&sample.to_le_bytes());
+    }
+    wav
 }
 
 /// A client keeping up to `connections` idle connections per host.
@@ -35,26 +142,29 @@ pub fn client(connections: usize, timeout: Duration) -> reqwest::Result<reqwest:
 pub struct Api {
     pub base: String,
     pub key: String,
+    /// The tool's endpoint, e.g. `/images/generations` ([`JobArgs::path`]).
+    pub path: &'static str,
 }
 
 impl Api {
-    pub fn new(base: &str, key: &str) -> Self {
+    pub fn new(base: &str, key: &str, job: &JobArgs) -> Self {
         Self {
             base: base.trim_end_matches('/').to_owned(),
             key: key.to_owned(),
+            path: job.path(),
         }
     }
 
-    /// `POST {api}/images/generations`, async (`?async=true`) or sync.
+    /// `POST {api}{path}`, async or sync. `async` is always explicit: video
+    /// and music jobs are async by default.
     pub fn generate(
         &self,
         client: &reqwest::Client,
         body: &[u8],
         async_: bool,
     ) -> reqwest::RequestBuilder {
-        let query = if async_ { "?async=true" } else { "" };
         client
-            .post(format!("{}/images/generations{query}", self.base))
+            .post(format!("{}{}?async={async_}", self.base, self.path))
             .bearer_auth(&self.key)
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_vec())
@@ -218,6 +328,42 @@ mod tests {
         assert!((t.lag_p50_ms - 5.0).abs() < 0.01, "{}", t.lag_p50_ms);
         assert!((t.lag_p99_ms - 15.0).abs() < 0.02, "{}", t.lag_p99_ms);
         assert!(throughput(&[]).is_none());
+    }
+
+    #[test]
+    fn every_tool_has_an_endpoint_and_a_valid_body() {
+        let job = |tool, model: Option<&str>| JobArgs {
+            tool,
+            model: model.map(str::to_owned),
+        };
+        let body = |args: &JobArgs| serde_json::from_slice::<Value>(&args.body()).unwrap();
+        // The default stays today's image job, with no model.
+        let image = job(Tool::Image, None);
+        assert_eq!(image.path(), "/images/generations");
+        assert_eq!(
+            body(&image),
+            json!({ "prompt": "bench", "size": "512x512" })
+        );
+        assert!(image.is_default());
+        assert_eq!(image.describe(), json!({"tool": "image", "model": null}));
+        let stt = job(Tool::Stt, Some("bench/noop"));
+        assert!(!stt.is_default());
+        assert_eq!(stt.path(), "/audio/transcriptions");
+        assert_eq!(body(&stt)["model"], "bench/noop");
+        let wav = base64::engine::general_purpose::STANDARD
+            .decode(body(&stt)["file"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            (&wav[..4], &wav[8..16], wav.len()),
+            (&b"RIFF"[..], &b"WAVEfmt "[..], 44 + 32_000)
+        );
+        let edit = job(Tool::ImageEdit, None);
+        assert_eq!(edit.describe()["tool"], "image-edit");
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(body(&edit)["image"].as_str().unwrap())
+            .unwrap();
+        let decoded = image::load_from_memory(&png).unwrap();
+        assert_eq!((decoded.width(), decoded.height()), (64, 64));
     }
 
     #[test]

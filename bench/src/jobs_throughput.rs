@@ -1,5 +1,5 @@
-//! `jobs-throughput`: how many async image jobs the pipeline completes per
-//! second. Jobs are submitted with `?async=true` at a fixed rate (open loop,
+//! `jobs-throughput`: how many async jobs (image by default; `--tool`,
+//! `--model`) the pipeline completes per second. Jobs are submitted with `?async=true` at a fixed rate (open loop,
 //! latency from the due time) or, without `--rate`, as fast as a bounded
 //! number of in-flight submissions allows; then every job is long-polled
 //! (`GET /jobs/{id}?poll=true`, many at once) until it is terminal.
@@ -31,9 +31,11 @@ pub struct Args {
     /// unigen's API base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080/api/v1")]
     api: String,
-    /// unigen API key with the image and jobs scopes (scripts/dev-up prints one).
+    /// unigen API key with the tool's and the jobs scopes (scripts/dev-up prints one).
     #[arg(long, env = "UNIGEN_KEY", hide_env_values = true)]
     key: String,
+    #[command(flatten)]
+    job: jobs::JobArgs,
     /// Seconds of submitting.
     #[arg(long, default_value_t = 30)]
     duration: u64,
@@ -83,12 +85,13 @@ pub(crate) struct Submitted {
 
 pub(crate) async fn submit_at_rate(
     api: &Api,
+    body: &[u8],
     rate: u32,
     duration: Duration,
 ) -> anyhow::Result<Submitted> {
     let client = jobs::client(rate as usize, Duration::from_secs(30))?;
     let ids = Arc::new(Mutex::new(Vec::new()));
-    let body: Arc<[u8]> = jobs::image_body().into();
+    let body: Arc<[u8]> = body.into();
     let (api, sink) = (api.clone(), Arc::clone(&ids));
     let schedule = Schedule {
         rate,
@@ -118,11 +121,12 @@ pub(crate) async fn submit_at_rate(
 
 async fn submit_closed_loop(
     api: &Api,
+    body: &[u8],
     in_flight: usize,
     duration: Duration,
 ) -> anyhow::Result<Submitted> {
     let client = jobs::client(in_flight, Duration::from_secs(30))?;
-    let body: Arc<[u8]> = jobs::image_body().into();
+    let body: Arc<[u8]> = body.into();
     let end = Instant::now() + duration;
     let mut tasks = Vec::new();
     for _ in 0..in_flight {
@@ -162,22 +166,23 @@ async fn submit_closed_loop(
 }
 
 async fn measure(args: &Args) -> anyhow::Result<Results> {
-    let api = Api::new(&args.api, &args.key);
+    let api = Api::new(&args.api, &args.key, &args.job);
+    let body = args.job.body();
     let duration = Duration::from_secs(args.duration);
     // One job first, so a wrong key or URL fails with its reason.
     let probe = jobs::client(1, Duration::from_secs(60))?;
-    let id = api.submit(&probe, &jobs::image_body()).await?;
+    let id = api.submit(&probe, &body).await?;
     api.wait(&probe, &id, 4).await?;
     let counting = pg_baseline::Counting::start(&args.pg).await;
 
     let (mode, submitted) = match args.rate {
         Some(rate) => (
             format!("{rate}/s"),
-            submit_at_rate(&api, rate, duration).await?,
+            submit_at_rate(&api, &body, rate, duration).await?,
         ),
         None => (
             format!("max ({} in flight)", args.in_flight),
-            submit_closed_loop(&api, args.in_flight, duration).await?,
+            submit_closed_loop(&api, &body, args.in_flight, duration).await?,
         ),
     };
     eprintln!(
@@ -271,7 +276,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.json.as_deref(),
         &json!({
             "benchmark": "jobs-throughput", "label": args.label, "api": args.api,
-            "duration_seconds": args.duration, "results": results,
+            "job": args.job.describe(), "duration_seconds": args.duration, "results": results,
         }),
     )
 }

@@ -1,5 +1,5 @@
 //! `long-poll`: how fast parked long polls wake up when their jobs finish.
-//! W async image jobs are submitted to a stack whose local provider is slow
+//! W async jobs (images by default; `--tool`, `--model`) are submitted to a stack whose local provider is slow
 //! (UNIGEN__LOCAL_PROVIDER__LATENCY_MS, e.g. 5000) and whose worker runs
 //! them all at once (UNIGEN__WORKER__CONCURRENCY >= W), then one
 //! `GET /jobs/{id}?poll=true` per job is parked while they run. Wake-up
@@ -36,9 +36,11 @@ pub struct Args {
     /// unigen's API base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080/api/v1")]
     api: String,
-    /// unigen API key with the image and jobs scopes (scripts/dev-up prints one).
+    /// unigen API key with the tool's and the jobs scopes (scripts/dev-up prints one).
     #[arg(long, env = "UNIGEN_KEY", hide_env_values = true)]
     key: String,
+    #[command(flatten)]
+    job: jobs::JobArgs,
     /// Jobs, and parked long polls (one per job).
     #[arg(long, default_value_t = 1000)]
     waiters: usize,
@@ -167,9 +169,9 @@ fn pg_connections(db: &str) -> Option<u64> {
 }
 
 async fn measure(args: &Args) -> anyhow::Result<Results> {
-    let api = Api::new(&args.api, &args.key);
+    let api = Api::new(&args.api, &args.key, &args.job);
     let submitter = jobs::client(args.submitters, Duration::from_secs(30))?;
-    let body = jobs::image_body();
+    let body = args.job.body();
     let listening = match &args.database_url {
         Some(url) => Some(listen(url, &args.notify_channel).await?),
         None => None,
@@ -310,7 +312,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     print!("{}", table(&results));
     report::write_json(
         args.json.as_deref(),
-        &json!({ "benchmark": "long-poll", "api": args.api, "results": results }),
+        &json!({
+            "benchmark": "long-poll", "api": args.api, "job": args.job.describe(),
+            "results": results,
+        }),
     )
 }
 

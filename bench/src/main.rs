@@ -42,7 +42,14 @@ The job pipeline (plain scripts/dev-up; `unigen-bench <command> --help` for more
   unigen-bench long-poll --key sk_... --waiters 10000 --api-pid $(pgrep -nx unigen-api) --pg-count unigen \\
       --database-url postgres://postgres@127.0.0.1:5432/unigen
   # UNIGEN__WEBHOOKS__ALLOW_PRIVATE_ADDRESSES=true scripts/dev-up
-  unigen-bench webhook-latency --key sk_... --rate 100 --duration 10";
+  unigen-bench webhook-latency --key sk_... --rate 100 --duration 10
+
+Each submits image jobs by default; --tool image|image-edit|video|music|tts|stt
+picks another tool and --model a model. With UNIGEN_CONFIG=bench/unigen-bench.toml,
+--model bench/noop answers a stored output (no rendering, no upstream: the
+pipeline alone; each worker renders the first job of a shape):
+
+  unigen-bench jobs-throughput --key sk_... --tool video --model bench/noop";
 
 #[derive(Parser)]
 #[command(name = "unigen-bench", version, about, after_help = WORKFLOW)]
@@ -57,9 +64,9 @@ enum Command {
     FakeUpstream(fake_upstream::Args),
     /// Added latency of unigen's chat completions over calling the upstream directly.
     ChatOverhead(chat_overhead::Args),
-    /// Completed async image jobs per second, submit latency and completion lag.
+    /// Completed async jobs per second (image by default), submit latency and completion lag.
     JobsThroughput(jobs_throughput::Args),
-    /// Latency of sync image generations over the local provider's latency.
+    /// Latency of sync generations (image by default) over the local provider's latency.
     #[command(
         after_help = "Start the stack with the provider latency set:\n  UNIGEN__LOCAL_PROVIDER__LATENCY_MS=200 UNIGEN__WORKER__CONCURRENCY=128 scripts/dev-up\n(worker concurrency at least --clients, or jobs queue behind 4 slots)\nthen: unigen-bench sync-overhead --key sk_... --clients 20,100 --duration 10 --provider-latency-ms 200\nThe added latency includes the local provider's rendering of the 512x512 PNG (~7-12 ms)."
     )]
@@ -84,5 +91,18 @@ fn main() -> anyhow::Result<()> {
         Command::SyncOverhead(args) => sync_overhead::run(args),
         Command::LongPoll(args) => long_poll::run(args),
         Command::WebhookLatency(args) => webhook_latency::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        // What clap checks at parse time in debug builds only.
+        Cli::command().debug_assert();
     }
 }

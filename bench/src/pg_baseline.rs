@@ -36,7 +36,10 @@ const TARGET_PERCENT: f64 = 50.0;
 /// Time for backends to flush their statistics (at most once a second).
 const STATS_FLUSH: Duration = Duration::from_millis(1500);
 
+/// Flattened into `jobs-throughput`, whose own `Args` group has the same
+/// name: no group of its own (clap refuses duplicate group names).
 #[derive(clap::Args)]
+#[group(skip)]
 pub struct Args {
     /// The pipeline's database, whose commits are counted (pg_stat_database,
     /// via psql -h 127.0.0.1 -U postgres).

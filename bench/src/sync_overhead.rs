@@ -1,9 +1,12 @@
-//! `sync-overhead`: what a sync image generation costs beyond the provider's
-//! own latency. N closed-loop clients each send `POST /images/generations`
-//! (sync) back to back for the duration; the added latency is each
-//! percentile minus the local provider's configured latency. It includes the
-//! whole pipeline (auth, job row, RabbitMQ, worker, PostgreSQL NOTIFY) and
-//! the local provider's rendering of the 512x512 PNG itself (~7-12 ms).
+//! `sync-overhead`: what a sync generation (an image by default; `--tool`,
+//! `--model`) costs beyond the provider's own latency. N closed-loop clients
+//! each send the tool's request (e.g. `POST /images/generations`, sync)
+//! back to back for the duration; the added latency is each percentile
+//! minus the local provider's configured latency. It includes the whole
+//! pipeline (auth, job row, RabbitMQ, worker, PostgreSQL NOTIFY) and the
+//! model's own work: the local provider's rendering of the 512x512 PNG
+//! (~7-12 ms) by default, none with `--model bench/noop` (it waits the
+//! provider latency and answers a stored output).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,9 +26,11 @@ pub struct Args {
     /// unigen's API base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080/api/v1")]
     api: String,
-    /// unigen API key with the image scope (scripts/dev-up prints one).
+    /// unigen API key with the tool's scope (scripts/dev-up prints one).
     #[arg(long, env = "UNIGEN_KEY", hide_env_values = true)]
     key: String,
+    #[command(flatten)]
+    job: jobs::JobArgs,
     /// Concurrent closed-loop clients, comma-separated: one pass each.
     #[arg(long, value_delimiter = ',', default_value = "20",
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -89,7 +94,7 @@ impl PassResult {
 
 async fn pass(api: &Api, clients: u32, args: &Args) -> anyhow::Result<PassResult> {
     let client = jobs::client(clients as usize, Duration::from_secs(60))?;
-    let body: Arc<[u8]> = jobs::image_body().into();
+    let body: Arc<[u8]> = args.job.body().into();
     let start = Instant::now();
     let measure_from = start + Duration::from_secs(args.warmup);
     let end = measure_from + Duration::from_secs(args.duration);
@@ -142,10 +147,10 @@ async fn pass(api: &Api, clients: u32, args: &Args) -> anyhow::Result<PassResult
 }
 
 async fn measure(args: &Args) -> anyhow::Result<Vec<PassResult>> {
-    let api = Api::new(&args.api, &args.key);
+    let api = Api::new(&args.api, &args.key, &args.job);
     let probe = jobs::client(1, Duration::from_secs(60))?;
     let response = api
-        .generate(&probe, &jobs::image_body(), false)
+        .generate(&probe, &args.job.body(), false)
         .send()
         .await
         .with_context(|| format!("cannot reach {}", api.base))?;
@@ -160,7 +165,7 @@ async fn measure(args: &Args) -> anyhow::Result<Vec<PassResult>> {
     Ok(results)
 }
 
-pub fn table(results: &[PassResult], provider_ms: u64) -> String {
+pub fn table(results: &[PassResult], provider_ms: u64, job: &jobs::JobArgs) -> String {
     let mut out = format!(
         "{:>7} {:>8} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
         "clients",
@@ -189,20 +194,27 @@ pub fn table(results: &[PassResult], provider_ms: u64) -> String {
             r.added_p99_ms
         );
     }
-    out += &format!(
-        "+pXX = pXX - provider latency ({provider_ms} ms); it includes the local provider's \
-         rendering of the 512x512 image (~7-12 ms), not only the pipeline.\n"
-    );
+    out += &if job.is_default() {
+        format!(
+            "+pXX = pXX - provider latency ({provider_ms} ms); it includes the local provider's \
+             rendering of the 512x512 image (~7-12 ms), not only the pipeline.\n"
+        )
+    } else {
+        format!(
+            "+pXX = pXX - provider latency ({provider_ms} ms); it includes the model's own work \
+             for the job (none with bench/noop), not only the pipeline.\n"
+        )
+    };
     out
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let results = report::block_on(measure(&args))??;
-    print!("{}", table(&results, args.provider_latency_ms));
+    print!("{}", table(&results, args.provider_latency_ms, &args.job));
     report::write_json(
         args.json.as_deref(),
         &json!({
-            "benchmark": "sync-overhead", "api": args.api,
+            "benchmark": "sync-overhead", "api": args.api, "job": args.job.describe(),
             "provider_latency_ms": args.provider_latency_ms,
             "duration_seconds": args.duration, "warmup_seconds": args.warmup,
             "results": results,
@@ -227,7 +239,11 @@ mod tests {
         assert!((r.p50_ms - 250.0).abs() < 0.2, "{}", r.p50_ms);
         assert!((r.added_p50_ms - 50.0).abs() < 0.2, "{}", r.added_p50_ms);
         assert!((r.added_p99_ms - 99.0).abs() < 0.2, "{}", r.added_p99_ms);
-        let t = table(&[r], 200);
+        let image = jobs::JobArgs {
+            tool: jobs::Tool::Image,
+            model: None,
+        };
+        let t = table(&[r], 200, &image);
         assert_eq!(t.lines().count(), 3);
     }
 }

@@ -1,8 +1,8 @@
 //! `webhook-latency`: time from a job's completion to the first delivery
 //! attempt of its `generation.completed` webhook. The benchmark serves the
 //! webhook receiver itself (plain http on loopback, so the stack must allow
-//! private webhook targets), registers it, submits async image jobs at a
-//! fixed rate, and pairs each job's `completedAt` (written by the worker, on
+//! private webhook targets), registers it, submits async jobs (images by
+//! default; `--tool`, `--model`) at a fixed rate, and pairs each job's `completedAt` (written by the worker, on
 //! PostgreSQL's clock) with the moment the receiver first saw its event
 //! (this host's clock: the stack must run on the same machine).
 
@@ -28,9 +28,11 @@ pub struct Args {
     /// unigen's API base URL.
     #[arg(long, default_value = "http://127.0.0.1:8080/api/v1")]
     api: String,
-    /// unigen API key with the image, jobs and webhooks scopes.
+    /// unigen API key with the tool's, the jobs and the webhooks scopes.
     #[arg(long, env = "UNIGEN_KEY", hide_env_values = true)]
     key: String,
+    #[command(flatten)]
+    job: jobs::JobArgs,
     /// Jobs submitted per second (open loop).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     rate: u32,
@@ -115,10 +117,12 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
     let server_handle = server.handle();
     tokio::spawn(server);
 
-    let api = Api::new(&args.api, &args.key);
+    let api = Api::new(&args.api, &args.key, &args.job);
     let client = jobs::client(64, Duration::from_secs(60))?;
     let webhook = register(&api, &client, args.receiver_port).await?;
-    let submitted = submit_at_rate(&api, args.rate, Duration::from_secs(args.duration)).await;
+    let body = args.job.body();
+    let submitted =
+        submit_at_rate(&api, &body, args.rate, Duration::from_secs(args.duration)).await;
     let measured = match submitted {
         Ok(submitted) => pair_up(&api, &client, &submitted.ids, &receipts, args.rate).await,
         Err(err) => Err(err),
@@ -212,7 +216,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     report::write_json(
         args.json.as_deref(),
         &json!({
-            "benchmark": "webhook-latency", "api": args.api,
+            "benchmark": "webhook-latency", "api": args.api, "job": args.job.describe(),
             "duration_seconds": args.duration, "results": results,
         }),
     )

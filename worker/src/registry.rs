@@ -20,6 +20,22 @@ pub async fn run(
     job: &Job,
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
+    // Benchmark models: the handler runs only for the first job of a shape.
+    if tools::fixture::serves(context, job) {
+        return tools::fixture::run(context, tool, job, handler(context, tool, job, progress))
+            .await;
+    }
+    handler(context, tool, job, progress).await
+}
+
+/// The tool's handler; each picks the model's adapter (`local` unless the
+/// model names an upstream).
+async fn handler(
+    context: &WorkerContext,
+    tool: Tool,
+    job: &Job,
+    progress: &Progress<'_>,
+) -> Result<ToolOutput, ToolError> {
     match tool {
         Tool::Image => tools::image::run(context, job, progress).await,
         Tool::ImageEdit => tools::edit::run(context, job, progress).await,

@@ -171,4 +171,38 @@ mod tests {
             "local/hash-embed"
         );
     }
+
+    #[test]
+    fn the_bench_noop_alias_names_one_fixture_model_per_job_tool() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/unigen-bench.toml");
+        let catalogue = Catalogue::new(Settings::load_with(Some(path), &[]).unwrap().models);
+        // As each tool's route resolves its model.
+        let named = |category, capability: Option<&str>| {
+            let model = match capability {
+                Some(c) => catalogue.resolve_capable(Some("bench/noop"), category, c),
+                None => catalogue.resolve(Some("bench/noop"), category),
+            }
+            .unwrap();
+            assert_eq!(model.adapter, "fixture");
+            model.id.as_str()
+        };
+        let image = Some("text_to_image");
+        assert_eq!(named(ModelCategory::Image, image), "bench/noop-image");
+        let edit = Some("image_edit");
+        assert_eq!(named(ModelCategory::Image, edit), "bench/noop-edit");
+        assert_eq!(named(ModelCategory::Video, None), "bench/noop-video");
+        assert_eq!(named(ModelCategory::Music, None), "bench/noop-music");
+        let tts = Some("text_to_speech");
+        assert_eq!(named(ModelCategory::Audio, tts), "bench/noop-tts");
+        let stt = Some("speech_to_text");
+        assert_eq!(named(ModelCategory::Audio, stt), "bench/noop-stt");
+        assert!(
+            catalogue
+                .resolve(Some("bench/noop"), ModelCategory::Chat)
+                .is_err()
+        );
+        // Requests naming no model keep the built-in defaults.
+        let default = catalogue.resolve_capable(None, ModelCategory::Image, "text_to_image");
+        assert_eq!(default.unwrap().id, "local/procedural-v1");
+    }
 }

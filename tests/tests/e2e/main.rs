@@ -12,6 +12,7 @@ mod clients;
 mod events;
 mod faults;
 mod files;
+mod fixture;
 mod hardening;
 mod images;
 mod jobs;

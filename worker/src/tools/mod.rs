@@ -2,6 +2,7 @@
 //! the provider, stores the outputs and says what they cost.
 
 pub mod edit;
+pub mod fixture;
 pub mod image;
 pub mod music;
 pub mod speech;

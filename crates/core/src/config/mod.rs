@@ -13,8 +13,10 @@ mod webhooks;
 pub use search::SearchSettings;
 pub use webhooks::WebhookSettings;
 
-/// Adapters this build can drive.
-pub const ADAPTERS: [&str; 3] = ["local", "openai", "replicate"];
+/// Adapters this build can drive. `fixture` serves job tools only, with a
+/// constant output per shape and no upstream: it exists for benchmarks of
+/// the job pipeline (`bench/unigen-bench.toml`), never for real traffic.
+pub const ADAPTERS: [&str; 4] = ["local", "openai", "replicate", "fixture"];
 
 /// Channel of the `unigen_auth_changed` trigger (migration
 /// `auth_change_notify`): keys, organizations or plans changed. Key caches
@@ -632,7 +634,21 @@ impl Settings {
                     ADAPTERS.join(", ")
                 ));
             }
-            if model.adapter != "local"
+            // A fixture model answers from the worker itself: no upstream,
+            // and only the job tools' categories (it has no chat or vectors).
+            if model.adapter == "fixture"
+                && matches!(
+                    model.category,
+                    ModelCategory::Chat | ModelCategory::Embedding
+                )
+            {
+                return bad(format!(
+                    "model `{}` uses the fixture adapter, which serves job tools only \
+                     (image, video, audio, music), not {} models",
+                    model.id, model.category
+                ));
+            }
+            if !matches!(model.adapter.as_str(), "local" | "fixture")
                 && !model
                     .upstream
                     .as_ref()
@@ -739,10 +755,68 @@ mod tests {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/unigen-bench.toml");
         let settings = Settings::load_with(Some(path), &[]).unwrap();
         assert!(settings.models.iter().any(|m| m.id == "bench/fake-chat"));
+        // One `bench/noop` fixture model per job tool.
+        let noop: Vec<&str> = settings
+            .models
+            .iter()
+            .filter(|m| m.adapter == "fixture")
+            .inspect(|m| assert_eq!(m.aliases, ["bench/noop"], "{}", m.id))
+            .map(|m| m.id.as_str())
+            .collect();
+        assert_eq!(
+            noop,
+            [
+                "bench/noop-image",
+                "bench/noop-edit",
+                "bench/noop-video",
+                "bench/noop-music",
+                "bench/noop-tts",
+                "bench/noop-stt"
+            ]
+        );
         assert!(
             settings.models.iter().any(|m| m.id == "local/echo"),
             "the built-in models stay"
         );
+    }
+
+    #[test]
+    fn the_fixture_adapter_needs_no_upstream_but_refuses_chat_and_embedding_models() {
+        let dir = std::env::temp_dir().join(format!("unigen-fixture-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let load = |name: &str, category: &str| {
+            let path = dir.join(format!("{name}.toml"));
+            std::fs::write(
+                &path,
+                format!(
+                    "[[extra_models]]\nid = \"bench/{name}\"\ncategory = \"{category}\"\n\
+                     tier = \"fast\"\nadapter = \"fixture\"\nowned_by = \"bench\"\n\
+                     credits_per_unit = 1\n"
+                ),
+            )
+            .unwrap();
+            Settings::load_with(path.to_str(), &[])
+        };
+        for category in ["image", "video", "audio", "music"] {
+            let settings = load(&format!("noop-{category}"), category).unwrap();
+            let model = settings.models.last().unwrap();
+            assert_eq!(
+                (model.adapter.as_str(), model.upstream.as_deref()),
+                ("fixture", None)
+            );
+        }
+        for category in ["chat", "embedding"] {
+            let message = load(&format!("noop-{category}"), category)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                message.contains(&format!("model `bench/noop-{category}`"))
+                    && message.contains("fixture adapter")
+                    && message.contains(&format!("not {category} models")),
+                "{message}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
