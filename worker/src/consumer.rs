@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
@@ -14,10 +13,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use unigen_core::domain::Tool;
-use unigen_db::{DbError, events, queries};
 use unigen_jobs::queue::JobMessage;
 
 use crate::WorkerContext;
+use crate::claim::Claimed;
 use crate::execute::run_claimed;
 
 /// Consumes `queue` (a tool's, or `knowledge`) until `shutdown`,
@@ -138,49 +137,23 @@ pub(crate) async fn handle_job_delivery(
             return;
         }
     };
-    let claimed: Result<Result<_, bool>, DbError> = async {
-        let mut pooled = context.pool.get().await.map_err(DbError::from)?;
-        let conn: &mut AsyncPgConnection = &mut pooled;
-        // The claim and its `generation.started` event commit together; a
-        // retried attempt is the same generation and announces nothing new.
-        let claimed = conn
-            .transaction::<_, DbError, _>(async |conn| {
-                let job =
-                    queries::jobs::claim(conn, message.job_id, &context.worker_id, context.lease)
-                        .await?;
-                if let Some(job) = job.as_ref().filter(|job| job.attempt == 1) {
-                    queries::events::insert(conn, &events::generation_started(job)).await?;
-                }
-                Ok(job)
-            })
-            .await?;
-        match claimed {
-            Some(job) => {
-                if job.attempt == 1 {
-                    context.notifier.events_recorded();
-                }
-                Ok(Ok(job))
+    match context.claimer.claim(message.job_id).await {
+        Ok(Claimed::Ours(job)) => {
+            if job.attempt == 1 {
+                context.notifier.events_recorded();
             }
-            None => Ok(Err(queries::jobs::find(conn, message.job_id)
-                .await?
-                .is_some())),
-        }
-    }
-    .await;
-    match claimed {
-        Ok(Ok(job)) => {
             // Ownership now lives in PostgreSQL (the lease): ack at once, so a
             // long job never trips the broker's consumer timeout into a rerun.
             if let Err(err) = delivery.ack(BasicAckOptions::default()).await {
                 tracing::warn!(error = %err, "ack failed; a redelivery will find the job claimed");
             }
-            run_claimed(context, tool, job, hard_stop).await;
+            run_claimed(context, tool, *job, hard_stop).await;
         }
-        Ok(Err(true)) => {
+        Ok(Claimed::NotPending) => {
             // Taken by another worker, cancelled or finished: a duplicate.
             let _ = delivery.ack(BasicAckOptions::default()).await;
         }
-        Ok(Err(false)) => {
+        Ok(Claimed::Unknown) => {
             tracing::error!(job.id = %message.job_id, "message refers to no job; dead-lettering");
             let _ = delivery
                 .nack(BasicNackOptions {

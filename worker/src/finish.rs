@@ -92,9 +92,12 @@ async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbErro
                 }
             };
         }
-        for &i in order.iter().filter(|&&i| written[i]) {
-            queries::events::insert(conn, &items[i].event).await?;
-        }
+        let events: Vec<Event> = order
+            .iter()
+            .filter(|&&i| written[i])
+            .map(|&i| items[i].event.clone())
+            .collect();
+        queries::events::insert_many(conn, &events).await?;
         order.retain(|&i| written[i]);
         order.sort_by_key(|&i| (items[i].job.org_id, items[i].job.id));
         charge(conn, items, &order).await?;

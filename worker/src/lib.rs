@@ -1,6 +1,7 @@
 //! unigen's job workers: consume a tool's queue, claim the job in PostgreSQL,
 //! run the provider, store outputs, settle, notify.
 
+mod claim;
 mod consumer;
 mod error;
 mod execute;
@@ -50,8 +51,12 @@ pub(crate) struct WorkerContext {
     pub topology: Topology,
     pub concurrency: usize,
     pub metrics: Arc<metrics::WorkerMetrics>,
+    /// Job claims, batched when deliveries arrive together.
+    pub claimer: claim::Claimer,
     /// Terminal writes, batched when jobs finish together.
     pub finisher: finish::Finisher,
+    /// Outputs reused by models on the `fixture` adapter (benchmarks only).
+    pub fixtures: tools::fixture::Fixtures,
 }
 
 /// What a worker consumes: job queues of public tools and, when `knowledge`
@@ -109,6 +114,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         listener_stop.clone(),
     );
     let (finisher, _finisher_task) = finish::Finisher::spawn(pool.clone());
+    let (worker_id, lease) = (
+        worker_id(),
+        Duration::from_secs(settings.jobs.lease_seconds.max(3)),
+    );
+    let (claimer, _claimer_task) = claim::Claimer::spawn(pool.clone(), &worker_id, lease);
     let context = Arc::new(WorkerContext {
         pool,
         store: build_store(&settings.storage).context("configuring storage")?,
@@ -131,13 +141,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             .collect(),
         notifier,
         hub,
-        worker_id: worker_id(),
-        lease: Duration::from_secs(settings.jobs.lease_seconds.max(3)),
+        worker_id,
+        lease,
         amqp: SharedConnection::new(&settings.rabbitmq.url, "unigen-worker"),
         topology: Topology::new(&settings.rabbitmq),
         concurrency: settings.worker.concurrency,
         metrics: Arc::new(metrics::WorkerMetrics::new().context("registering metrics")?),
+        claimer,
         finisher,
+        fixtures: tools::fixture::Fixtures::new(&settings),
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
     // Bound to a name: the endpoint stops when `run` ends or is dropped.

@@ -1,7 +1,7 @@
 //! The event outbox: written inside the transactions that change state.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Jsonb, Text, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{Array, BigInt, Jsonb, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
@@ -24,6 +24,26 @@ pub async fn insert(conn: &mut AsyncPgConnection, event: &Event) -> Result<(), D
         .bind::<Timestamptz, _>(event.created_at)
         .execute(conn)
         .await?;
+    Ok(())
+}
+
+/// [`insert`] for many events in one statement (one round trip).
+pub async fn insert_many(conn: &mut AsyncPgConnection, events: &[Event]) -> Result<(), DbError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    diesel::sql_query(
+        "SELECT unigen_record_event(e.id, e.org_id, e.kind, e.data, e.at) \
+           FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::timestamptz[]) \
+             AS e(id, org_id, kind, data, at)",
+    )
+    .bind::<Array<SqlUuid>, _>(events.iter().map(|e| e.id).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(events.iter().map(|e| e.org_id).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
+    .bind::<Array<Jsonb>, _>(events.iter().map(|e| &e.data).collect::<Vec<_>>())
+    .bind::<Array<Timestamptz>, _>(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

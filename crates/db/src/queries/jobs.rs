@@ -159,6 +159,42 @@ pub async fn claim(
     .optional()?)
 }
 
+/// [`claim`] for many jobs in one statement: the ones still pending, in no
+/// particular order (the others are taken, cancelled or finished, or do not
+/// exist).
+pub async fn claim_many(
+    conn: &mut AsyncPgConnection,
+    ids: &[Uuid],
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Vec<Job>, DbError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(diesel::sql_query(
+        "UPDATE jobs SET status = 'processing', attempt = attempt + 1, worker_id = $2, \
+             lease_expires_at = now() + make_interval(secs => $3), started_at = now(), progress = 0 \
+         WHERE id = ANY($1) AND status = 'pending' RETURNING *",
+    )
+    .bind::<Array<SqlUuid>, _>(ids)
+    .bind::<Text, _>(worker_id)
+    .bind::<BigInt, _>(lease.as_secs() as i64)
+    .load(conn)
+    .await?)
+}
+
+/// Which of `ids` name a job (of any state, any organization).
+pub async fn existing(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<Vec<Uuid>, DbError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(jobs::table
+        .filter(jobs::id.eq_any(ids))
+        .select(jobs::id)
+        .load(conn)
+        .await?)
+}
+
 /// Extends the lease of a job this attempt still owns. False: the job was
 /// cancelled, finished or taken over, and the worker must stop.
 pub async fn renew_lease(

@@ -1,0 +1,119 @@
+//! Claiming jobs: a delivery's job becomes this worker's (status
+//! `processing`, a lease) together with its `generation.started` event.
+//! Deliveries that arrive together are claimed in one transaction of two
+//! statements, not one transaction each: under load the claim was one of the
+//! round trips every job waited on in turn.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use tokio::task::JoinHandle;
+use unigen_core::batched::Batched;
+use unigen_db::models::Job;
+use unigen_db::{DbError, PgPool, events, queries};
+use uuid::Uuid;
+
+/// Largest batch: bounds the statement and how long its row locks are held.
+const MAX_BATCH: usize = 256;
+
+/// What became of one claim.
+#[derive(Debug)]
+pub enum Claimed {
+    /// This worker owns the job now.
+    Ours(Box<Job>),
+    /// Taken by another worker, cancelled or finished: a duplicate message.
+    NotPending,
+    /// No such job: the message is garbage.
+    Unknown,
+}
+
+/// This worker's claims; cheap to clone.
+#[derive(Clone)]
+pub struct Claimer {
+    pool: PgPool,
+    worker_id: Arc<str>,
+    lease: Duration,
+    batches: Batched<Uuid, Claimed>,
+}
+
+impl Claimer {
+    /// The batch task ends with the last clone.
+    pub fn spawn(pool: PgPool, worker_id: &str, lease: Duration) -> (Self, JoinHandle<()>) {
+        let worker_id: Arc<str> = worker_id.into();
+        let (batch_pool, batch_worker) = (pool.clone(), worker_id.clone());
+        let (batches, task) = Batched::spawn("job claims", MAX_BATCH, 2, move |ids: Vec<Uuid>| {
+            let (pool, worker_id) = (batch_pool.clone(), batch_worker.clone());
+            async move { claim(&pool, &ids, &worker_id, lease).await }
+        });
+        let claimer = Self {
+            pool,
+            worker_id,
+            lease,
+            batches,
+        };
+        (claimer, task)
+    }
+
+    /// Claims the job with the next batch (alone if that batch fails).
+    /// `Claimed::Ours` also means the `generation.started` event of a first
+    /// attempt is committed.
+    pub async fn claim(&self, id: Uuid) -> Result<Claimed, DbError> {
+        if let Some(claimed) = self.batches.call(id).await {
+            return Ok(claimed);
+        }
+        let mut answers = claim(&self.pool, &[id], &self.worker_id, self.lease).await?;
+        Ok(answers.pop().expect("one answer per id"))
+    }
+}
+
+/// One transaction: the pending jobs among `ids` claimed, then the started
+/// events of their first attempts (a retried attempt is the same
+/// generation and announces nothing new). Answers in the order of `ids`.
+async fn claim(
+    pool: &PgPool,
+    ids: &[Uuid],
+    worker_id: &str,
+    lease: Duration,
+) -> Result<Vec<Claimed>, DbError> {
+    let mut pooled = pool.get().await?;
+    let conn: &mut AsyncPgConnection = &mut pooled;
+    // A message redelivered while its first copy waits in the same batch
+    // names its job twice: claimed once, the copy is a duplicate.
+    let mut distinct = ids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let claimed = conn
+        .transaction::<_, DbError, _>(async |conn| {
+            let claimed = queries::jobs::claim_many(conn, &distinct, worker_id, lease).await?;
+            let started: Vec<_> = claimed
+                .iter()
+                .filter(|job| job.attempt == 1)
+                .map(events::generation_started)
+                .collect();
+            queries::events::insert_many(conn, &started).await?;
+            Ok(claimed)
+        })
+        .await?;
+    let ours: HashSet<Uuid> = claimed.iter().map(|job| job.id).collect();
+    let missing: Vec<Uuid> = distinct
+        .iter()
+        .copied()
+        .filter(|id| !ours.contains(id))
+        .collect();
+    // Rare (duplicates, garbage): one more statement only then.
+    let existing: HashSet<Uuid> = queries::jobs::existing(conn, &missing)
+        .await?
+        .into_iter()
+        .collect();
+    let mut jobs: HashMap<Uuid, Job> = claimed.into_iter().map(|job| (job.id, job)).collect();
+    Ok(ids
+        .iter()
+        .map(|id| match jobs.remove(id) {
+            Some(job) => Claimed::Ours(Box::new(job)),
+            None if ours.contains(id) || existing.contains(id) => Claimed::NotPending,
+            None => Claimed::Unknown,
+        })
+        .collect())
+}
