@@ -128,6 +128,89 @@ BEGIN
 END
 $$;
 
+-- unigen_reserve for many holds (items sorted by organization): each item is
+-- admitted exactly as if reserved on its own after the ones before it (the
+-- batch's earlier holds count against it), but each organization's account
+-- row is locked and updated once, each quota bucket row upserted once, and
+-- the reservations inserted in one statement. Answers one row per item,
+-- `ord` its 1-based position; 'setup' items (no account, or a period that
+-- has ended) are left to unigen_reserve's single path.
+CREATE OR REPLACE FUNCTION unigen_reserve_many(
+    p_orgs uuid[], p_ids uuid[], p_credits bigint[], p_buckets text[], p_millis bigint[],
+    p_expires timestamptz[])
+RETURNS TABLE (ord bigint, outcome text, remaining double precision, hard_limit bigint)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    n int := coalesce(cardinality(p_ids), 0);
+    i int;
+    cur_org uuid;
+    needs_setup boolean := false;
+    a billing_accounts%ROWTYPE;
+    p plans%ROWTYPE;
+    held_credits bigint := 0;
+    held_milli jsonb := '{}';
+    admitted boolean[] := array_fill(false, ARRAY[n]);
+    periods timestamptz[] := array_fill(NULL::timestamptz, ARRAY[n]);
+    ad record;
+BEGIN
+    FOR i IN 1..n LOOP
+        IF cur_org IS DISTINCT FROM p_orgs[i] THEN
+            cur_org := p_orgs[i];
+            held_credits := 0;
+            held_milli := '{}';
+            SELECT pl.* INTO p FROM organizations o JOIN plans pl ON pl.code = o.plan_code
+             WHERE o.id = cur_org;
+            SELECT * INTO a FROM billing_accounts b WHERE b.org_id = cur_org FOR UPDATE;
+            needs_setup := NOT FOUND OR a.period_end <= now();
+        END IF;
+        ord := i;
+        remaining := 0;
+        hard_limit := NULL;
+        IF needs_setup THEN
+            outcome := 'setup';
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        SELECT * INTO ad FROM unigen_admit(a, p, p_buckets[i], p_credits[i], p_millis[i],
+            -held_credits,
+            -coalesce((held_milli ->> coalesce(p_buckets[i], ''))::bigint, 0));
+        outcome := ad.outcome;
+        remaining := ad.remaining;
+        hard_limit := ad.hard_limit;
+        IF ad.outcome = 'ok' THEN
+            admitted[i] := true;
+            periods[i] := a.period_start;
+            held_credits := held_credits + p_credits[i];
+            IF p_buckets[i] IS NOT NULL THEN
+                held_milli := held_milli || jsonb_build_object(p_buckets[i],
+                    coalesce((held_milli ->> p_buckets[i])::bigint, 0) + p_millis[i]);
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    UPDATE billing_accounts b SET reserved_credits = b.reserved_credits + s.total
+      FROM (SELECT x.org, sum(x.credits) AS total
+              FROM unnest(p_orgs, p_credits, admitted) AS x(org, credits, ok)
+             WHERE x.ok GROUP BY x.org) s
+     WHERE b.org_id = s.org;
+    INSERT INTO quota_usage AS q (org_id, period_start, bucket, reserved_milli)
+    SELECT x.org, x.period, x.bucket, sum(x.milli)
+      FROM unnest(p_orgs, periods, p_buckets, p_millis, admitted) AS x(org, period, bucket, milli, ok)
+     WHERE x.ok AND x.bucket IS NOT NULL
+     GROUP BY x.org, x.period, x.bucket
+     ORDER BY x.org, x.bucket
+    ON CONFLICT (org_id, period_start, bucket)
+    DO UPDATE SET reserved_milli = q.reserved_milli + EXCLUDED.reserved_milli;
+    INSERT INTO reservations (id, org_id, credits, bucket, bucket_milli, period_start, expires_at)
+    SELECT x.id, x.org, x.credits, x.bucket, CASE WHEN x.bucket IS NULL THEN 0 ELSE x.milli END,
+           x.period, x.expires
+      FROM unnest(p_ids, p_orgs, p_credits, p_buckets, p_millis, periods, p_expires, admitted)
+           AS x(id, org, credits, bucket, milli, period, expires, ok)
+     WHERE x.ok;
+END
+$$;
+
 -- Charges reservation `p_id`: credits from included, then purchased, then
 -- overage; the bucket in the reservation's period; the ledger rows, the
 -- usage record and the billing events (credits.low / credits.depleted per

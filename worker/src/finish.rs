@@ -146,13 +146,15 @@ async fn charge(
         })
         .collect();
     let settled = queries::billing::settle_many(conn, &settlements).await?;
+    let mut usages = Vec::with_capacity(written.len());
     for (&i, settled) in written.iter().zip(settled) {
         if let Some(settled) = settled? {
-            let usage = billing::usage_object(&settled);
-            queries::jobs::set_usage(conn, items[i].job.id, &usage).await?;
+            usages.push((items[i].job.id, billing::usage_object(&settled)));
         }
     }
-    Ok(())
+    // One statement: the organizations' billing rows stay locked until the
+    // commit, so every round trip here is time other holds wait.
+    queries::jobs::set_usage_many(conn, &usages).await
 }
 
 async fn charge_one(conn: &mut AsyncPgConnection, finish: &Finish) -> Result<(), DbError> {

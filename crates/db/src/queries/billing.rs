@@ -376,11 +376,10 @@ pub async fn reserve_many(
         .map(|i| i.estimate.bucket.map(|(bucket, _)| bucket.as_str()))
         .collect();
     let rows: Vec<NumberedReserved> = diesel::sql_query(
-        "SELECT x.ord, r.outcome, r.remaining, r.hard_limit
-           FROM unnest($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::int8[], $6::timestamptz[])
-                WITH ORDINALITY AS x(org, id, credits, bucket, milli, expires, ord)
-          CROSS JOIN LATERAL unigen_reserve(x.org, x.id, x.credits, x.bucket, x.milli, x.expires) AS r
-          ORDER BY x.ord",
+        "SELECT r.ord, r.outcome, r.remaining, r.hard_limit
+           FROM unigen_reserve_many($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::int8[],
+                                    $6::timestamptz[]) AS r
+          ORDER BY r.ord",
     )
     .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.org_id).collect::<Vec<_>>())
     .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())

@@ -277,6 +277,27 @@ pub async fn set_usage(
     Ok(())
 }
 
+/// [`set_usage`] for many jobs in one statement.
+pub async fn set_usage_many(
+    conn: &mut AsyncPgConnection,
+    usages: &[(Uuid, serde_json::Value)],
+) -> Result<(), DbError> {
+    if usages.is_empty() {
+        return Ok(());
+    }
+    diesel::sql_query(
+        "UPDATE jobs SET usage = x.usage \
+           FROM unnest($1::uuid[], $2::jsonb[]) AS x(id, usage) WHERE jobs.id = x.id",
+    )
+    .bind::<Array<SqlUuid>, _>(usages.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+    .bind::<Array<diesel::sql_types::Jsonb>, _>(
+        usages.iter().map(|(_, usage)| usage).collect::<Vec<_>>(),
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Fails the job with a reason; a failed job consumes nothing.
 pub async fn fail(
     conn: &mut AsyncPgConnection,
