@@ -1056,3 +1056,88 @@ async fn settlement_never_charges_more_than_was_reserved() {
         (3000, 0)
     );
 }
+
+/// Holds reserved together (`unigen_reserve_many`, as job submissions that
+/// arrive together are) are each decided as if reserved alone after the
+/// batch's earlier ones: the earlier holds count against the credits and
+/// the bucket, refused ones change nothing, and the account, the bucket and
+/// the reservations add up to what was admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_reserved_together_are_decided_one_after_another() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let other_org = app.create_org("Second", "pro").await;
+    let other_key = app.create_key(other_org, &["all"], None).await;
+    touch_account(&app, &app.key).await;
+    touch_account(&app, &other_key).await;
+    // 2 images left in the bucket; 2,000 included credits, no overage.
+    fill_bucket(&app, app.org_id, "image_generations", 498).await;
+    let (orgs, ids): (Vec<Uuid>, Vec<Uuid>) = [app.org_id; 6]
+        .into_iter()
+        .chain([other_org; 2])
+        .map(|org| (org, Uuid::now_v7()))
+        .unzip();
+    // Sorted by organization, as reserve_many sends them.
+    let mut order: Vec<usize> = (0..orgs.len()).collect();
+    order.sort_by_key(|&i| orgs[i]);
+    let orgs: Vec<Uuid> = order.iter().map(|&i| orgs[i]).collect();
+    let ids: Vec<Uuid> = order.iter().map(|&i| ids[i]).collect();
+    let (credits, buckets, millis): (Vec<i64>, Vec<Option<&str>>, Vec<i64>) = orgs
+        .iter()
+        .scan(0, |seen, org| {
+            *seen += usize::from(*org == app.org_id);
+            Some(if *org != app.org_id {
+                (1_500, None, 0)
+            } else if *seen <= 3 {
+                // Three images: the third finds the bucket full.
+                (10, Some("image_generations"), 1_000)
+            } else {
+                // Then 900 credits each: the third finds 180 left.
+                (900, None, 0)
+            })
+        })
+        .fold(
+            (vec![], vec![], vec![]),
+            |(mut c, mut b, mut m), (x, y, z)| {
+                c.push(x);
+                b.push(y);
+                m.push(z);
+                (c, b, m)
+            },
+        );
+    let expires: Vec<Option<chrono::DateTime<chrono::Utc>>> = vec![None; orgs.len()];
+    let client = app.db.client().await;
+    let rows = client
+        .query(
+            "SELECT ord, outcome FROM unigen_reserve_many($1, $2, $3, $4, $5, $6) ORDER BY ord",
+            &[&orgs, &ids, &credits, &buckets, &millis, &expires],
+        )
+        .await
+        .unwrap();
+    let outcomes: Vec<(Uuid, i64, String)> = rows
+        .iter()
+        .map(|row| {
+            let ord: i64 = row.get(0);
+            let i = usize::try_from(ord - 1).unwrap();
+            (orgs[i], credits[i], row.get(1))
+        })
+        .collect();
+    let mine: Vec<&str> = outcomes
+        .iter()
+        .filter(|(org, ..)| *org == app.org_id)
+        .map(|(_, _, outcome)| outcome.as_str())
+        .collect();
+    assert_eq!(mine, ["ok", "ok", "quota", "ok", "ok", "credits"]);
+    let theirs: Vec<&str> = outcomes
+        .iter()
+        .filter(|(org, ..)| *org == other_org)
+        .map(|(_, _, outcome)| outcome.as_str())
+        .collect();
+    assert_eq!(theirs, ["ok", "credits"]);
+    assert_eq!(
+        bucket_state(&app, app.org_id, "image_generations").await,
+        (498_000, 2_000)
+    );
+    assert_eq!(credits_state(&app, app.org_id).await.2, 10 + 10 + 900 + 900);
+    assert_eq!(credits_state(&app, other_org).await.2, 1_500);
+    assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 5);
+}
