@@ -97,21 +97,13 @@ async fn agent_runs_used_milli(app: &TestApp, org: uuid::Uuid) -> i64 {
 }
 
 fn png(width: u32, height: u32) -> Vec<u8> {
-    let image = image::RgbImage::from_fn(width, height, |x, _| {
+    crate::media::png_of(&image::RgbImage::from_fn(width, height, |x, _| {
         if x < width / 2 {
             image::Rgb([220, 30, 30])
         } else {
             image::Rgb([30, 30, 220])
         }
-    });
-    let mut bytes = Vec::new();
-    image
-        .write_to(
-            &mut std::io::Cursor::new(&mut bytes),
-            image::ImageFormat::Png,
-        )
-        .unwrap();
-    bytes
+    }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use unigen_core::config::{ModelEntry, Settings};
 use unigen_tests::{TestApp, TestOptions, json_of};
 
-use crate::media::{assert_close, b64, duration_of, fetch, probe};
+use crate::media::{assert_close, b64, duration_of, fetch, png_of, probe, tone_wav};
 
 /// What the worker's fixture transcript says (worker/src/tools/fixture.rs).
 const TRANSCRIPT: &str = "This is the fixture transcript.";
@@ -143,17 +143,9 @@ async fn check_file(app: &TestApp, job: &Value, size: Option<(u32, u32)>) {
 }
 
 fn png(width: u32, height: u32) -> Vec<u8> {
-    let image = image::RgbImage::from_fn(width, height, |x, y| {
+    png_of(&image::RgbImage::from_fn(width, height, |x, y| {
         image::Rgb([(x * 3) as u8, (y * 5) as u8, 90])
-    });
-    let mut bytes = Vec::new();
-    image
-        .write_to(
-            &mut std::io::Cursor::new(&mut bytes),
-            image::ImageFormat::Png,
-        )
-        .unwrap();
-    bytes
+    }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,26 +252,6 @@ async fn each_job_tool_renders_the_first_job_of_a_shape_and_reuses_its_files_aft
             _ => {}
         }
     }
-}
-
-/// `seconds` of a 440 Hz tone as 16-bit 16 kHz mono WAV.
-fn tone_wav(seconds: f64) -> Vec<u8> {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 16_000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut bytes = std::io::Cursor::new(Vec::new());
-    let mut writer = hound::WavWriter::new(&mut bytes, spec).unwrap();
-    for i in 0..(seconds * 16_000.0) as u32 {
-        let t = f64::from(i) / 16_000.0;
-        writer
-            .write_sample(((t * 440.0 * std::f64::consts::TAU).sin() * 8000.0) as i16)
-            .unwrap();
-    }
-    writer.finalize().unwrap();
-    bytes.into_inner()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

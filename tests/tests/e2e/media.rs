@@ -77,3 +77,35 @@ pub async fn spoken(app: &TestApp, text: &str, format: &str) -> Vec<u8> {
     let body: Value = response.json().await.unwrap();
     fetch(app, body["audio_url"].as_str().unwrap()).await
 }
+
+/// `image` as a PNG file.
+pub fn png_of(image: &image::RgbImage) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    image
+        .write_to(
+            &mut std::io::Cursor::new(&mut bytes),
+            image::ImageFormat::Png,
+        )
+        .unwrap();
+    bytes
+}
+
+/// `seconds` of a 440 Hz tone as 16-bit 16 kHz mono WAV.
+pub fn tone_wav(seconds: f64) -> Vec<u8> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 16_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut bytes = std::io::Cursor::new(Vec::new());
+    let mut writer = hound::WavWriter::new(&mut bytes, spec).unwrap();
+    for i in 0..(seconds * 16_000.0) as u32 {
+        let t = f64::from(i) / 16_000.0;
+        writer
+            .write_sample(((t * 440.0 * std::f64::consts::TAU).sin() * 8000.0) as i16)
+            .unwrap();
+    }
+    writer.finalize().unwrap();
+    bytes.into_inner()
+}

@@ -83,29 +83,14 @@ async fn allowances_given_back(app: &TestApp, org: Uuid) {
 
 fn png_data_uri() -> String {
     let image = image::RgbImage::from_fn(32, 32, |x, y| image::Rgb([x as u8 * 8, y as u8 * 8, 90]));
-    let mut bytes = std::io::Cursor::new(Vec::new());
-    image.write_to(&mut bytes, image::ImageFormat::Png).unwrap();
     format!(
         "data:image/png;base64,{}",
-        base64::engine::general_purpose::STANDARD.encode(bytes.into_inner())
+        base64::engine::general_purpose::STANDARD.encode(crate::media::png_of(&image))
     )
 }
 
 fn wav_base64(seconds: f64) -> String {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 16_000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut bytes = std::io::Cursor::new(Vec::new());
-    let mut writer = hound::WavWriter::new(&mut bytes, spec).unwrap();
-    for i in 0..(16_000.0 * seconds) as usize {
-        let sample = ((i as f64 * 440.0 * std::f64::consts::TAU / 16_000.0).sin() * 8000.0) as i16;
-        writer.write_sample(sample).unwrap();
-    }
-    writer.finalize().unwrap();
-    base64::engine::general_purpose::STANDARD.encode(bytes.into_inner())
+    base64::engine::general_purpose::STANDARD.encode(crate::media::tone_wav(seconds))
 }
 
 /// A request for each bucket that needs `needs` units, and the fill that
