@@ -172,8 +172,7 @@ pub fn encode_png(img: &DynamicImage) -> Vec<u8> {
         other => (other.to_rgb8().into_raw(), ExtendedColorType::Rgb8),
     };
     let mut out = Vec::with_capacity(raw.len() / 3 + 1024);
-    let encoder =
-        PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Adaptive);
+    let encoder = PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Sub);
     match encoder.write_image(&raw, img.width(), img.height(), color) {
         Ok(()) => out,
         Err(_) => Vec::new(),
