@@ -128,9 +128,10 @@ BEGIN
 END
 $$;
 
--- unigen_reserve for many holds (items sorted by organization): each item is
--- admitted exactly as if reserved on its own after the ones before it (the
--- batch's earlier holds count against it), but each organization's account
+-- unigen_reserve for many holds: taken in organization order (the order
+-- accounts are locked in everywhere), each item is admitted exactly as if
+-- reserved on its own after the ones before it (the batch's earlier holds
+-- count against it), but each organization's account
 -- row is locked and updated once, each quota bucket row upserted once, and
 -- the reservations inserted in one statement. Answers one row per item,
 -- `ord` its 1-based position; 'setup' items (no account, or a period that
@@ -154,7 +155,8 @@ DECLARE
     periods timestamptz[] := array_fill(NULL::timestamptz, ARRAY[n]);
     ad record;
 BEGIN
-    FOR i IN 1..n LOOP
+    FOR i IN SELECT u.pos::int FROM unnest(p_orgs) WITH ORDINALITY AS u(org, pos)
+              ORDER BY u.org, u.pos LOOP
         IF cur_org IS DISTINCT FROM p_orgs[i] THEN
             cur_org := p_orgs[i];
             held_credits := 0;

@@ -1056,16 +1056,13 @@ async fn holds_reserved_together_are_decided_one_after_another() {
     touch_account(&app, &other_key).await;
     // 2 images left in the bucket; 2,000 included credits, no overage.
     fill_bucket(&app, app.org_id, "image_generations", 498).await;
-    let (orgs, ids): (Vec<Uuid>, Vec<Uuid>) = [app.org_id; 6]
+    // The two organizations interleaved: the function takes them in
+    // organization order itself, each one's items in their own order.
+    let (a, b) = (app.org_id, other_org);
+    let (orgs, ids): (Vec<Uuid>, Vec<Uuid>) = [b, a, a, b, a, a, a, a]
         .into_iter()
-        .chain([other_org; 2])
         .map(|org| (org, Uuid::now_v7()))
         .unzip();
-    // Sorted by organization, as reserve_many sends them.
-    let mut order: Vec<usize> = (0..orgs.len()).collect();
-    order.sort_by_key(|&i| orgs[i]);
-    let orgs: Vec<Uuid> = order.iter().map(|&i| orgs[i]).collect();
-    let ids: Vec<Uuid> = order.iter().map(|&i| ids[i]).collect();
     let (credits, buckets, millis): (Vec<i64>, Vec<Option<&str>>, Vec<i64>) = orgs
         .iter()
         .scan(0, |seen, org| {
