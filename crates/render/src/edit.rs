@@ -19,7 +19,6 @@
 use std::cmp::Ordering;
 
 use image::codecs::jpeg::JpegEncoder;
-use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{DynamicImage, ExtendedColorType, GrayImage, ImageEncoder, RgbImage, RgbaImage};
 
 use super::render::{RenderSpec, RenderStyle, render};
@@ -171,12 +170,7 @@ pub fn encode_png(img: &DynamicImage) -> Vec<u8> {
         }
         other => (other.to_rgb8().into_raw(), ExtendedColorType::Rgb8),
     };
-    let mut out = Vec::with_capacity(raw.len() / 3 + 1024);
-    let encoder = PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Sub);
-    match encoder.write_image(&raw, img.width(), img.height(), color) {
-        Ok(()) => out,
-        Err(_) => Vec::new(),
-    }
+    crate::render::encode_png_raw(&raw, img.width(), img.height(), color)
 }
 
 /// JPEG bytes, quality 90 (converts to RGB first, dropping any alpha). Empty

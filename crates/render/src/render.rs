@@ -55,14 +55,24 @@ pub fn render(spec: &RenderSpec<'_>) -> RgbImage {
 /// and one filter per row instead of trying all five keeps encoding cheap. PNG cannot represent an
 /// image with a zero dimension; such an image yields an empty vector.
 pub fn encode_png(img: &RgbImage) -> Vec<u8> {
-    let mut out = Vec::with_capacity(img.as_raw().len() / 3 + 1024);
-    let encoder = PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Sub);
-    match encoder.write_image(
+    encode_png_raw(
         img.as_raw(),
         img.width(),
         img.height(),
         ExtendedColorType::Rgb8,
-    ) {
+    )
+}
+
+/// [`encode_png`] of raw pixels in `color` (every PNG the renderers write).
+pub(crate) fn encode_png_raw(
+    raw: &[u8],
+    width: u32,
+    height: u32,
+    color: ExtendedColorType,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len() / 3 + 1024);
+    let encoder = PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Sub);
+    match encoder.write_image(raw, width, height, color) {
         Ok(()) => out,
         Err(_) => Vec::new(),
     }

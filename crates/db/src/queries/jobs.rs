@@ -138,30 +138,9 @@ pub async fn cancel(
     })
 }
 
-/// Atomically takes a pending job for `worker_id` with a lease measured on the
-/// database clock. `None`: someone else has it, or it is no longer pending.
-pub async fn claim(
-    conn: &mut AsyncPgConnection,
-    id: Uuid,
-    worker_id: &str,
-    lease: Duration,
-) -> Result<Option<Job>, DbError> {
-    Ok(diesel::sql_query(
-        "UPDATE jobs SET status = 'processing', attempt = attempt + 1, worker_id = $2, \
-             lease_expires_at = now() + make_interval(secs => $3), started_at = now(), progress = 0 \
-         WHERE id = $1 AND status = 'pending' RETURNING *",
-    )
-    .bind::<SqlUuid, _>(id)
-    .bind::<Text, _>(worker_id)
-    .bind::<BigInt, _>(lease.as_secs() as i64)
-    .get_result(conn)
-    .await
-    .optional()?)
-}
-
-/// [`claim`] for many jobs in one statement: the ones still pending, in no
-/// particular order (the others are taken, cancelled or finished, or do not
-/// exist).
+/// Atomically takes the jobs among `ids` still pending for `worker_id`, with
+/// a lease measured on the database clock, in one statement and in no
+/// particular order; the others are taken, cancelled, finished or unknown.
 pub async fn claim_many(
     conn: &mut AsyncPgConnection,
     ids: &[Uuid],
