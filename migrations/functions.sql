@@ -359,6 +359,297 @@ BEGIN
 END
 $$;
 
+-- unigen_settle for a batch of reservations (finished jobs'): each item is
+-- charged exactly as unigen_settle charges it alone after the ones before
+-- it, but each organization's account row is locked and updated once (in
+-- organization order), each quota bucket row once, and the ledger rows and
+-- usage records are inserted in one statement each. The account row is the
+-- one every submission of the organization locks too, so the less time a
+-- settlement holds it, the less they wait. Answers one row per item, `ord`
+-- its 1-based position: 'ok', 'gone' (already settled or released) or
+-- 'setup' (no account, or an ended period: nothing of it was written; the
+-- single path sets the account up and settles it).
+CREATE OR REPLACE FUNCTION unigen_settle_many(
+    p_ids uuid[], p_credits bigint[], p_millis bigint[],
+    u_keys uuid[], u_endpoints text[], u_methods text[], u_models text[], u_latencies bigint[],
+    u_tools jsonb[], u_prompts bigint[], u_completions bigint[])
+RETURNS TABLE (
+    ord bigint, outcome text, from_included bigint, from_purchased bigint, overage bigint,
+    bucket text, remaining_milli bigint, credits_remaining bigint, overage_enabled boolean,
+    overage_credits bigint, overage_rate_micros bigint, events_recorded boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    n int := coalesce(cardinality(p_ids), 0);
+    orgs uuid[] := array_fill(NULL::uuid, ARRAY[n]);
+    v_org uuid;
+    a billing_accounts%ROWTYPE;
+    p plans%ROWTYPE;
+    q quota_usage%ROWTYPE;
+    it record;
+    -- This organization's reservations, deleted under its account lock.
+    r_ids uuid[];
+    r_c bigint[];
+    r_b text[];
+    r_m bigint[];
+    r_period timestamptz[];
+    ri int;
+    -- This organization's buckets: period, bucket, its limit, used and
+    -- reserved before the batch, used added and reserved released by it.
+    k_period timestamptz[];
+    k_bucket text[];
+    k_lim bigint[];
+    k_base_used bigint[];
+    k_base_reserved bigint[];
+    k_used bigint[];
+    k_released bigint[];
+    base_used bigint;
+    base_reserved bigint;
+    k int;
+    j int;
+    -- Per item.
+    o_outcome text[] := array_fill('gone'::text, ARRAY[n]);
+    o_charged bigint[] := array_fill(0::bigint, ARRAY[n]);
+    o_incl bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    o_purch bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    o_over bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    o_bucket text[] := array_fill(NULL::text, ARRAY[n]);
+    o_remaining bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    o_credits_left bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    o_over_enabled boolean[] := array_fill(NULL::boolean, ARRAY[n]);
+    o_over_credits bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    o_rate bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    o_events boolean[] := array_fill(false, ARRAY[n]);
+    -- Ledger rows, for the whole batch.
+    l_org uuid[] := '{}';
+    l_type text[] := '{}';
+    l_amount bigint[] := '{}';
+    l_balance bigint[] := '{}';
+    l_desc text[] := '{}';
+    l_meta jsonb[] := '{}';
+    -- Running balances of the organization being settled.
+    incl bigint;
+    purch bigint;
+    ovr bigint;
+    reserved bigint;
+    credits bigint;
+    milli bigint;
+    f_incl bigint;
+    f_purch bigint;
+    f_over bigint;
+    meta jsonb;
+    lim bigint;
+    rem bigint;
+    left_credits bigint;
+    allotted bigint;
+    org_events boolean;
+BEGIN
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    -- A reservation's organization never changes: read without a lock.
+    FOR it IN SELECT x.n, res.org_id FROM unnest(p_ids) WITH ORDINALITY AS x(id, n)
+                JOIN reservations res ON res.id = x.id LOOP
+        orgs[it.n] := it.org_id;
+    END LOOP;
+    FOR v_org IN SELECT DISTINCT x.org FROM unnest(orgs) AS x(org) WHERE x.org IS NOT NULL ORDER BY 1 LOOP
+        SELECT pl.* INTO p FROM organizations o JOIN plans pl ON pl.code = o.plan_code WHERE o.id = v_org;
+        SELECT * INTO a FROM billing_accounts ba WHERE ba.org_id = v_org FOR UPDATE;
+        IF NOT FOUND OR a.period_end <= now() THEN
+            FOR j IN 1..n LOOP
+                IF orgs[j] = v_org THEN
+                    o_outcome[j] := 'setup';
+                END IF;
+            END LOOP;
+            CONTINUE;
+        END IF;
+        -- Deleted under the account lock: a racing settle or release finds nothing.
+        WITH d AS (
+            DELETE FROM reservations res
+             WHERE res.org_id = v_org
+               AND res.id IN (SELECT x.id FROM unnest(p_ids, orgs) AS x(id, org) WHERE x.org = v_org)
+            RETURNING res.id, res.credits, res.bucket, res.bucket_milli, res.period_start)
+        SELECT array_agg(d.id), array_agg(d.credits), array_agg(d.bucket), array_agg(d.bucket_milli),
+               array_agg(d.period_start)
+          INTO r_ids, r_c, r_b, r_m, r_period
+          FROM d;
+        IF r_ids IS NULL THEN
+            CONTINUE;
+        END IF;
+        k_period := '{}'; k_bucket := '{}'; k_lim := '{}'; k_base_used := '{}';
+        k_base_reserved := '{}'; k_used := '{}'; k_released := '{}';
+        incl := a.included_remaining;
+        purch := a.purchased_balance;
+        ovr := a.overage_credits;
+        reserved := a.reserved_credits;
+        FOR it IN
+            SELECT x.n, x.id, x.credits, x.milli, x.endpoint, x.model
+              FROM unnest(p_ids, p_credits, p_millis, u_endpoints, u_models)
+                   WITH ORDINALITY AS x(id, credits, milli, endpoint, model, n)
+             WHERE orgs[x.n] = v_org
+             ORDER BY x.n
+        LOOP
+            ri := array_position(r_ids, it.id);
+            IF ri IS NULL THEN
+                CONTINUE;
+            END IF;
+            -- Consumed: the same id twice in a batch is settled once.
+            r_ids[ri] := NULL;
+            -- Never more than admission allowed (see unigen_settle).
+            credits := least(greatest(it.credits, 0), r_c[ri]);
+            milli := least(greatest(it.milli, 0), r_m[ri]);
+            f_incl := least(credits, incl);
+            f_purch := least(credits - f_incl, purch);
+            f_over := credits - f_incl - f_purch;
+            incl := incl - f_incl;
+            purch := purch - f_purch;
+            ovr := ovr + f_over;
+            reserved := reserved - r_c[ri];
+            meta := jsonb_build_object('request_id', it.id, 'model', it.model, 'endpoint', it.endpoint);
+            IF f_incl + f_purch > 0 THEN
+                l_org := l_org || v_org;
+                l_type := l_type || 'consumption'::text;
+                l_amount := l_amount || (-(f_incl + f_purch));
+                l_balance := l_balance || (incl + purch - (ovr - f_over));
+                l_desc := l_desc || (it.endpoint || ' ' || it.model);
+                l_meta := l_meta || (meta || jsonb_build_object('included', f_incl, 'purchased', f_purch));
+            END IF;
+            IF f_over > 0 THEN
+                l_org := l_org || v_org;
+                l_type := l_type || 'overage'::text;
+                l_amount := l_amount || (-f_over);
+                l_balance := l_balance || (incl + purch - ovr);
+                l_desc := l_desc || ('Overage: ' || it.endpoint || ' ' || it.model);
+                l_meta := l_meta || (meta || jsonb_build_object(
+                    'rate', COALESCE(p.overage_rate_micros, 0) / 1000000.0,
+                    'cost', COALESCE(p.overage_rate_micros, 0) * f_over / 1000000.0,
+                    'billing_status', 'pending'));
+            END IF;
+            IF r_b[ri] IS NOT NULL THEN
+                k := NULL;
+                FOR j IN 1..coalesce(array_length(k_bucket, 1), 0) LOOP
+                    IF k_bucket[j] = r_b[ri] AND k_period[j] = r_period[ri] THEN
+                        k := j;
+                    END IF;
+                END LOOP;
+                IF k IS NULL THEN
+                    SELECT qu.used_milli, qu.reserved_milli INTO base_used, base_reserved
+                      FROM quota_usage qu
+                     WHERE qu.org_id = v_org AND qu.period_start = r_period[ri] AND qu.bucket = r_b[ri];
+                    k_period := k_period || r_period[ri];
+                    k_bucket := k_bucket || r_b[ri];
+                    k_lim := k_lim || unigen_bucket_limit(p, r_b[ri]);
+                    k_base_used := k_base_used || coalesce(base_used, 0);
+                    k_base_reserved := k_base_reserved || coalesce(base_reserved, 0);
+                    k_used := k_used || 0::bigint;
+                    k_released := k_released || 0::bigint;
+                    k := array_length(k_bucket, 1);
+                END IF;
+                k_used[k] := k_used[k] + milli;
+                k_released[k] := k_released[k] + r_m[ri];
+                -- What the bucket has left after this item, as unigen_settle answers it.
+                IF k_lim[k] IS NOT NULL THEN
+                    o_remaining[it.n] := greatest(k_lim[k] * 1000 - (k_base_used[k] + k_used[k])
+                        - (k_base_reserved[k] - k_released[k]), 0);
+                END IF;
+            END IF;
+            o_outcome[it.n] := 'ok';
+            o_charged[it.n] := credits;
+            o_incl[it.n] := f_incl;
+            o_purch[it.n] := f_purch;
+            o_over[it.n] := f_over;
+            o_bucket[it.n] := r_b[ri];
+            o_credits_left[it.n] := greatest(incl + purch - reserved, 0);
+            o_over_enabled[it.n] := a.overage_enabled;
+            o_over_credits[it.n] := ovr;
+            o_rate[it.n] := p.overage_rate_micros;
+        END LOOP;
+
+        UPDATE billing_accounts ba SET included_remaining = incl, purchased_balance = purch,
+               overage_credits = ovr, reserved_credits = reserved
+         WHERE ba.org_id = v_org RETURNING * INTO a;
+        org_events := false;
+        FOR j IN 1..coalesce(array_length(k_bucket, 1), 0) LOOP
+            UPDATE quota_usage qu SET used_milli = qu.used_milli + k_used[j],
+                   reserved_milli = qu.reserved_milli - k_released[j]
+             WHERE qu.org_id = v_org AND qu.period_start = k_period[j] AND qu.bucket = k_bucket[j]
+            RETURNING * INTO q;
+            lim := k_lim[j];
+            IF lim > 0 THEN
+                rem := greatest(lim * 1000 - q.used_milli, 0);
+                IF rem = 0 AND NOT q.depleted_notified THEN
+                    UPDATE quota_usage qu SET depleted_notified = true, low_notified = true
+                     WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
+                    PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
+                        'bucketType', q.bucket, 'remaining', 0, 'limit', lim, 'percentUsed', 100.0), clock_timestamp());
+                    org_events := true;
+                ELSIF rem * 100 < lim * 1000 * 10 AND NOT q.low_notified THEN
+                    UPDATE quota_usage qu SET low_notified = true
+                     WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
+                    PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
+                        'bucketType', q.bucket, 'remaining', rem / 1000.0, 'limit', lim,
+                        'percentUsed', round(least(q.used_milli::numeric / 10 / lim, 100), 1)), clock_timestamp());
+                    org_events := true;
+                END IF;
+            END IF;
+        END LOOP;
+        -- The credits: low below 10% of what the period allotted, depleted at 0.
+        left_credits := greatest(a.included_remaining + a.purchased_balance, 0);
+        allotted := a.included_credits + a.purchased_balance;
+        IF left_credits = 0 AND allotted > 0 AND NOT a.credits_depleted_notified THEN
+            UPDATE billing_accounts ba SET credits_depleted_notified = true, credits_low_notified = true
+             WHERE ba.org_id = v_org;
+            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
+                'bucketType', 'credits', 'remaining', 0, 'limit', allotted, 'percentUsed', 100.0), clock_timestamp());
+            org_events := true;
+        ELSIF allotted > 0 AND left_credits * 100 < allotted * 10 AND NOT a.credits_low_notified THEN
+            UPDATE billing_accounts ba SET credits_low_notified = true WHERE ba.org_id = v_org;
+            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
+                'bucketType', 'credits', 'remaining', left_credits, 'limit', allotted,
+                'percentUsed', round(least((allotted - left_credits) * 100.0 / allotted, 100), 1)), clock_timestamp());
+            org_events := true;
+        END IF;
+        IF a.soft_limit IS NOT NULL AND a.overage_credits >= a.soft_limit AND NOT a.soft_limit_notified THEN
+            UPDATE billing_accounts ba SET soft_limit_notified = true, last_notification_at = now()
+             WHERE ba.org_id = v_org;
+            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'overage.soft_limit_reached', jsonb_build_object(
+                'overageCredits', a.overage_credits, 'softLimit', a.soft_limit,
+                'overageCost', COALESCE(p.overage_rate_micros, 0) * a.overage_credits / 1000000.0), clock_timestamp());
+            org_events := true;
+        END IF;
+        FOR j IN 1..n LOOP
+            IF orgs[j] = v_org AND o_outcome[j] = 'ok' THEN
+                o_events[j] := org_events;
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    INSERT INTO credit_transactions (id, org_id, type, amount, balance_after, description, metadata, created_at)
+    SELECT gen_random_uuid(), x.org, x.kind, x.amount, x.balance, x.description, x.meta, clock_timestamp()
+      FROM unnest(l_org, l_type, l_amount, l_balance, l_desc, l_meta)
+           AS x(org, kind, amount, balance, description, meta);
+    INSERT INTO usage_records (id, org_id, api_key_id, endpoint, method, model, credits, latency_ms,
+                               status, tools_used, prompt_tokens, completion_tokens, total_tokens, created_at)
+    SELECT x.id, x.org, x.key, x.endpoint, x.method, x.model, x.charged, x.latency, 'success',
+           ARRAY(SELECT jsonb_array_elements_text(x.tools)), x.prompt, x.completion,
+           x.prompt + x.completion, now()
+      FROM unnest(p_ids, orgs, u_keys, u_endpoints, u_methods, u_models, u_latencies, u_tools,
+                  u_prompts, u_completions, o_charged, o_outcome)
+           AS x(id, org, key, endpoint, method, model, latency, tools, prompt, completion, charged, outcome)
+     WHERE x.outcome = 'ok'
+    ON CONFLICT DO NOTHING;
+
+    RETURN QUERY
+    SELECT o.n, o.outcome, o.incl, o.purch, o.ovg, o.bkt, o.remaining, o.credits_left,
+           o.over_enabled, o.over_credits, o.rate, o.events
+      FROM unnest(o_outcome, o_incl, o_purch, o_over, o_bucket, o_remaining,
+                  o_credits_left, o_over_enabled, o_over_credits, o_rate, o_events)
+           WITH ORDINALITY AS o(outcome, incl, purch, ovg, bkt, remaining, credits_left,
+                                over_enabled, over_credits, rate, events, n)
+     ORDER BY o.n;
+END
+$$;
+
 -- Gives reservation `p_id` back without charging; records the request's
 -- usage row (zero credits, `u_status`) when one is given (`u_endpoint`).
 CREATE OR REPLACE FUNCTION unigen_release(

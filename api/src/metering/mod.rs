@@ -32,9 +32,7 @@ pub use crate::charge_slot::ChargeSlot;
 pub async fn record_job_charge(state: &AppState, caller: &Caller, credits_used: i64) {
     let snapshot = async {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        let plan = queries::billing::plan_of_org(&mut conn, caller.org_id).await?;
-        let account = queries::billing::find_account(&mut conn, caller.org_id).await?;
-        Ok::<_, DbError>(account.map(|a| queries::billing::snapshot(&a, &plan)))
+        queries::billing::account_snapshot(&mut conn, caller.org_id).await
     }
     .await;
     match snapshot {

@@ -1123,3 +1123,203 @@ async fn holds_reserved_together_are_decided_one_after_another() {
     assert_eq!(credits_state(&app, other_org).await.2, 1_500);
     assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 5);
 }
+
+/// Finished jobs are settled together (`unigen_settle_many`, one lock and
+/// one update of each account per batch) exactly as `unigen_settle` settles
+/// them one at a time: the same split between included, purchased and
+/// overage credits, the same clamping to what was reserved, the same
+/// bucket, ledger and usage rows, and 'gone' for a reservation that is not
+/// there. Three organizations start alike; the first is settled one item at
+/// a time, the other two in one interleaved batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_together_match_settlements_one_at_a_time() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let mut orgs = vec![app.org_id];
+    for name in ["Second", "Third"] {
+        let org = app.create_org(name, "pro").await;
+        let key = app.create_key(org, &["all"], None).await;
+        touch_account(&app, &key).await;
+        orgs.push(org);
+    }
+    touch_account(&app, &app.key).await;
+    // 30 included and 10 purchased credits, overage on: the batch runs
+    // through all three.
+    app.sql(
+        "UPDATE billing_accounts SET included_remaining = 30, purchased_balance = 10,
+                overage_enabled = true, soft_limit = NULL, hard_limit = NULL",
+    )
+    .await;
+    fill_bucket(&app, orgs[0], "image_generations", 10).await;
+    fill_bucket(&app, orgs[1], "image_generations", 10).await;
+    fill_bucket(&app, orgs[2], "image_generations", 10).await;
+    // (reserved credits, bucket, reserved milli, charged credits, charged milli)
+    let plan: [(i64, Option<&str>, i64, i64, i64); 4] = [
+        (10, Some("image_generations"), 1_000, 10, 1_000),
+        // Charged more than reserved: clamped to the reservation.
+        (15, None, 0, 40, 0),
+        // Crosses from included into purchased, then into overage.
+        (25, Some("image_generations"), 2_000, 25, 1_500),
+        (5, None, 0, 5, 0),
+    ];
+    let client = app.db.client().await;
+    let mut ids: Vec<Vec<Uuid>> = vec![];
+    for org in &orgs {
+        let mut mine = vec![];
+        for (credits, bucket, milli, ..) in plan {
+            let id = Uuid::now_v7();
+            let row = client
+                .query_one(
+                    "SELECT outcome FROM unigen_reserve($1, $2, $3, $4, $5, NULL)",
+                    &[org, &id, &credits, &bucket, &milli],
+                )
+                .await
+                .unwrap();
+            assert_eq!(row.get::<_, String>(0), "ok");
+            mine.push(id);
+        }
+        // Never reserved: 'gone'.
+        mine.push(Uuid::now_v7());
+        ids.push(mine);
+    }
+    let charge = |i: usize| {
+        plan.get(i)
+            .map_or((1, 0), |&(_, _, _, credits, milli)| (credits, milli))
+    };
+    type Answer = (
+        String,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let answer = |row: &tokio_postgres::Row, at: usize| -> Answer {
+        (
+            row.get(at),
+            row.get(at + 1),
+            row.get(at + 2),
+            row.get(at + 3),
+            row.get(at + 4),
+            row.get(at + 5),
+            row.get(at + 6),
+            row.get(at + 7),
+        )
+    };
+    const COLUMNS: &str = "outcome, from_included, from_purchased, overage, bucket, remaining_milli, credits_remaining, overage_credits";
+    let mut alone = vec![];
+    for (i, id) in ids[0].iter().enumerate() {
+        let (credits, milli) = charge(i);
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT {COLUMNS} FROM unigen_settle($1, $2, $3, NULL, '/v1/images/generations', 'POST', 'local/m', 5, '{{}}', 0, 0)"
+                ),
+                &[id, &credits, &milli],
+            )
+            .await
+            .unwrap();
+        alone.push(answer(&row, 0));
+    }
+    // The second and third organizations' items interleaved, third first.
+    let mut batch: Vec<(usize, usize)> = vec![];
+    for i in 0..ids[1].len() {
+        batch.push((2, i));
+        batch.push((1, i));
+    }
+    let batch_ids: Vec<Uuid> = batch.iter().map(|&(o, i)| ids[o][i]).collect();
+    let credits: Vec<i64> = batch.iter().map(|&(_, i)| charge(i).0).collect();
+    let millis: Vec<i64> = batch.iter().map(|&(_, i)| charge(i).1).collect();
+    let n = batch.len();
+    let keys: Vec<Option<Uuid>> = vec![None; n];
+    let endpoints = vec!["/v1/images/generations"; n];
+    let methods = vec!["POST"; n];
+    let models = vec!["local/m"; n];
+    let latencies = vec![5_i64; n];
+    let tools = vec![serde_json::json!([]); n];
+    let zeros = vec![0_i64; n];
+    let rows = client
+        .query(
+            &format!(
+                "SELECT ord, {COLUMNS} FROM unigen_settle_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ORDER BY ord"
+            ),
+            &[
+                &batch_ids, &credits, &millis, &keys, &endpoints, &methods, &models, &latencies,
+                &tools, &zeros, &zeros,
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), n);
+    for (row, &(org, i)) in rows.iter().zip(&batch) {
+        assert_eq!(
+            answer(row, 1),
+            alone[i],
+            "organization {org}, item {i}: settled together as alone"
+        );
+    }
+    assert_eq!(
+        alone[1].1.unwrap() + alone[1].2.unwrap() + alone[1].3.unwrap(),
+        15,
+        "clamped"
+    );
+    assert_eq!(
+        (alone[2].1, alone[2].2, alone[2].3),
+        (Some(5), Some(10), Some(10)),
+        "into overage"
+    );
+    assert_eq!(alone[4].0, "gone");
+    for &org in &orgs[1..] {
+        assert_eq!(
+            credits_state(&app, org).await,
+            credits_state(&app, orgs[0]).await
+        );
+        assert_eq!(
+            bucket_state(&app, org, "image_generations").await,
+            bucket_state(&app, orgs[0], "image_generations").await
+        );
+    }
+    assert_eq!(credits_state(&app, orgs[0]).await, (0, 0, 0, 15));
+    assert_eq!(
+        bucket_state(&app, orgs[0], "image_generations").await,
+        (12_500, 0)
+    );
+    let ledger = async |org: Uuid| -> Vec<(String, i64, i64)> {
+        client
+            .query(
+                "SELECT type, amount, balance_after FROM credit_transactions
+                  WHERE org_id = $1 AND type IN ('consumption', 'overage') ORDER BY created_at, type",
+                &[&org],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    };
+    let usage = async |org: Uuid| -> Vec<(Uuid, i64, String)> {
+        client
+            .query(
+                "SELECT id, credits, status FROM usage_records WHERE org_id = $1 ORDER BY id",
+                &[&org],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    };
+    let ledger_alone = ledger(orgs[0]).await;
+    assert_eq!(ledger_alone.len(), 5, "{ledger_alone:?}");
+    let charged = |rows: Vec<(Uuid, i64, String)>| -> Vec<(i64, String)> {
+        rows.into_iter().map(|(_, c, s)| (c, s)).collect()
+    };
+    let usage_alone = charged(usage(orgs[0]).await);
+    assert_eq!(usage_alone.len(), 4);
+    for &org in &orgs[1..] {
+        assert_eq!(ledger(org).await, ledger_alone);
+        assert_eq!(charged(usage(org).await), usage_alone);
+    }
+    assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 0);
+}

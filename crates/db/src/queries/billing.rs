@@ -57,6 +57,22 @@ pub async fn find_account(
         .optional()?)
 }
 
+/// The balances a response's credit headers report, in one round trip
+/// (`None` before the account's first charge).
+pub async fn account_snapshot(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+) -> Result<Option<AccountSnapshot>, DbError> {
+    let row: Option<(BillingAccount, Plan)> = billing_accounts::table
+        .inner_join(organizations::table.inner_join(plans::table))
+        .filter(billing_accounts::org_id.eq(org_id))
+        .select((BillingAccount::as_select(), Plan::as_select()))
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(row.map(|(account, plan)| snapshot(&account, &plan)))
+}
+
 /// The account and plan as they stand, for reading: no lock unless the
 /// account must first be created or its period rolled over (then through
 /// [`lock_account`] in a transaction of its own).
@@ -694,6 +710,8 @@ fn unexpected_answer(message: String) -> DbError {
 }
 
 /// One call of `unigen_settle_shares`: a row per item, in the items' order.
+/// It commits synchronously, and the answers waiting for it wait for the
+/// WAL flush too (docs/spec-decisions.md, "Sync settlement durability").
 async fn settle_shares_once(
     conn: &mut AsyncPgConnection,
     items: &[&ShareItem],
@@ -893,11 +911,11 @@ struct NumberedSettledRow {
     row: SettledRow,
 }
 
-/// Settles many reservations in one statement, so one commit (and one hold
-/// of each account's lock) serves them all; each item is settled exactly as
-/// [`settle`] would; answers in the items' order. `Err`: the statement
-/// failed and changed nothing; an item's own error (setting up its account
-/// afterwards) is that item's.
+/// Settles many reservations in one statement (`unigen_settle_many`), so
+/// one commit and one short hold of each account's lock serve them all;
+/// each item is settled exactly as [`settle`] would; answers in the items'
+/// order. `Err`: the statement failed and changed nothing; an item's own
+/// error (setting up its account afterwards) is that item's.
 pub async fn settle_many(
     conn: &mut AsyncPgConnection,
     items: &[SettleItem],
@@ -906,17 +924,10 @@ pub async fn settle_many(
     let items: Vec<&SettleItem> = order.iter().map(|&i| &items[i]).collect();
     let tools: Vec<Value> = items.iter().map(|i| json!(i.usage.tools_used)).collect();
     let rows: Vec<NumberedSettledRow> = diesel::sql_query(
-        "SELECT x.ord, s.outcome, s.from_included, s.from_purchased, s.overage, s.bucket,
-                s.remaining_milli, s.credits_remaining, s.overage_enabled, s.overage_credits,
-                s.overage_rate_micros, s.events_recorded
-           FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::uuid[], $5::text[], $6::text[],
-                       $7::text[], $8::int8[], $9::jsonb[], $10::int8[], $11::int8[])
-                WITH ORDINALITY AS x(id, credits, milli, api_key, endpoint, method, model,
-                                     latency, tools, prompt, completion, ord)
-          CROSS JOIN LATERAL unigen_settle(
-                x.id, x.credits, x.milli, x.api_key, x.endpoint, x.method, x.model, x.latency,
-                ARRAY(SELECT jsonb_array_elements_text(x.tools)), x.prompt, x.completion) AS s
-          ORDER BY x.ord",
+        "SELECT ord, outcome, from_included, from_purchased, overage, bucket, remaining_milli,
+                credits_remaining, overage_enabled, overage_credits, overage_rate_micros,
+                events_recorded
+           FROM unigen_settle_many($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
     .bind::<Array<BigInt>, _>(items.iter().map(|i| i.charge.credits).collect::<Vec<_>>())
