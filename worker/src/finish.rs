@@ -4,6 +4,7 @@
 //! per batch instead of once per job, which is what bounded throughput when
 //! many jobs of one organization finished at once.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -11,7 +12,9 @@ use tokio::task::JoinHandle;
 use unigen_core::batched::Batched;
 use unigen_db::models::{Event, Job};
 use unigen_db::queries::billing::SettleItem;
+use unigen_db::queries::jobs::Completion;
 use unigen_db::{DbError, PgPool, billing, queries};
+use uuid::Uuid;
 
 /// Largest batch: bounds how long its locks are held.
 const MAX_BATCH: usize = 100;
@@ -77,16 +80,30 @@ async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbErro
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by_key(|&i| items[i].job.id);
         let mut written = vec![false; items.len()];
-        for &i in &order {
-            let Finish { job, terminal, .. } = &*items[i];
-            written[i] = match terminal {
+        // The completions in one statement; failures (rare) one by one.
+        let completions: Vec<Completion<'_>> = order
+            .iter()
+            .filter_map(|&i| match &items[i].terminal {
                 Terminal::Complete {
                     output,
                     actual_credits,
-                } => {
-                    queries::jobs::complete(conn, job.id, job.attempt, output, *actual_credits)
-                        .await?
-                }
+                } => Some(Completion {
+                    id: items[i].job.id,
+                    attempt: items[i].job.attempt,
+                    output,
+                    actual_credits: *actual_credits,
+                }),
+                Terminal::Fail(_) => None,
+            })
+            .collect();
+        let completed: HashSet<Uuid> = queries::jobs::complete_many(conn, &completions)
+            .await?
+            .into_iter()
+            .collect();
+        for &i in &order {
+            let Finish { job, terminal, .. } = &*items[i];
+            written[i] = match terminal {
+                Terminal::Complete { .. } => completed.contains(&job.id),
                 Terminal::Fail(message) => {
                     queries::jobs::fail(conn, job.id, job.attempt, message).await?
                 }

@@ -219,28 +219,56 @@ pub async fn set_progress(
     Ok(updated == 1)
 }
 
-/// Writes the result. False: the job was cancelled (or taken over) meanwhile,
-/// and stays as it is.
-pub async fn complete(
+/// One finished job for [`complete_many`].
+pub struct Completion<'a> {
+    pub id: Uuid,
+    pub attempt: i32,
+    pub output: &'a serde_json::Value,
+    pub actual_credits: i64,
+}
+
+/// Writes the results of jobs whose attempts still own them, in one
+/// statement; the rows are locked in id order (as a cancel or another batch
+/// takes them). Answers the ids written; a job cancelled (or taken over)
+/// meanwhile stays as it is.
+pub async fn complete_many(
     conn: &mut AsyncPgConnection,
-    id: Uuid,
-    attempt: i32,
-    output: &serde_json::Value,
-    actual_credits: i64,
-) -> Result<bool, DbError> {
-    let updated = diesel::update(jobs::table)
-        .filter(owned_by_attempt!(id, attempt))
-        .set((
-            jobs::status.eq(JobStatus::Completed.as_str()),
-            jobs::progress.eq(100),
-            jobs::output_data.eq(output),
-            jobs::actual_credits.eq(actual_credits),
-            jobs::completed_at.eq(diesel::dsl::now),
-            jobs::lease_expires_at.eq(None::<DateTime<Utc>>),
-        ))
-        .execute(conn)
-        .await?;
-    Ok(updated == 1)
+    completions: &[Completion<'_>],
+) -> Result<Vec<Uuid>, DbError> {
+    #[derive(QueryableByName)]
+    struct Written {
+        #[diesel(sql_type = SqlUuid)]
+        id: Uuid,
+    }
+    if completions.is_empty() {
+        return Ok(Vec::new());
+    }
+    let written: Vec<Written> = diesel::sql_query(
+        "WITH x AS (SELECT * FROM unnest($1::uuid[], $2::int4[], $3::jsonb[], $4::int8[]) \
+                      AS x(id, attempt, output, credits)), \
+              owned AS (SELECT j.id FROM jobs j JOIN x ON x.id = j.id \
+                         WHERE j.attempt = x.attempt AND j.status = 'processing' \
+                         ORDER BY j.id FOR UPDATE OF j) \
+         UPDATE jobs SET status = 'completed', progress = 100, output_data = x.output, \
+                actual_credits = x.credits, completed_at = now(), lease_expires_at = NULL \
+           FROM x JOIN owned ON owned.id = x.id \
+          WHERE jobs.id = x.id AND jobs.attempt = x.attempt AND jobs.status = 'processing' \
+         RETURNING jobs.id",
+    )
+    .bind::<Array<SqlUuid>, _>(completions.iter().map(|c| c.id).collect::<Vec<_>>())
+    .bind::<Array<Integer>, _>(completions.iter().map(|c| c.attempt).collect::<Vec<_>>())
+    .bind::<Array<diesel::sql_types::Jsonb>, _>(
+        completions.iter().map(|c| c.output).collect::<Vec<_>>(),
+    )
+    .bind::<Array<BigInt>, _>(
+        completions
+            .iter()
+            .map(|c| c.actual_credits)
+            .collect::<Vec<_>>(),
+    )
+    .load(conn)
+    .await?;
+    Ok(written.into_iter().map(|w| w.id).collect())
 }
 
 /// Stores the settled usage object of a finished job.
