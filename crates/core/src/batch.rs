@@ -16,7 +16,8 @@ pub struct Batcher<T> {
 impl<T: Send + 'static> Batcher<T> {
     /// Spawns the flusher: it waits for a first item, collects whatever else
     /// arrives within `window` (at most `max` items), and hands the batch to
-    /// `flush`. It ends once every sender is dropped and the queue is drained.
+    /// `flush`. With a zero window nothing waits: a batch is what has queued
+    /// by then (under load, what arrived during the previous flush). It ends once every sender is dropped and the queue is drained.
     pub fn spawn<F, Fut>(window: Duration, max: usize, mut flush: F) -> (Self, JoinHandle<()>)
     where
         F: FnMut(Vec<T>) -> Fut + Send + 'static,
@@ -29,9 +30,18 @@ impl<T: Send + 'static> Batcher<T> {
                 batch.push(first);
                 let deadline = tokio::time::Instant::now() + window;
                 while batch.len() < max {
-                    match tokio::time::timeout_at(deadline, rx.recv()).await {
-                        Ok(Some(item)) => batch.push(item),
-                        Ok(None) | Err(_) => break,
+                    let next = if window.is_zero() {
+                        // Not even a timer: one would wait for its next tick.
+                        rx.try_recv().ok()
+                    } else {
+                        tokio::time::timeout_at(deadline, rx.recv())
+                            .await
+                            .ok()
+                            .flatten()
+                    };
+                    match next {
+                        Some(item) => batch.push(item),
+                        None => break,
                     }
                 }
                 flush(std::mem::take(&mut batch)).await;
@@ -83,5 +93,24 @@ mod tests {
         drop(batcher);
         handle.await.unwrap();
         assert_eq!(*seen.lock().unwrap(), vec![3, 3, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_zero_window_flushes_what_has_queued_without_waiting() {
+        let seen = Arc::new(Mutex::new(Vec::<Vec<u32>>::new()));
+        let sink = seen.clone();
+        let (batcher, handle) = Batcher::spawn(Duration::ZERO, 100, move |batch| {
+            let sink = sink.clone();
+            async move { sink.lock().unwrap().push(batch) }
+        });
+        for i in 0..3 {
+            batcher.push(i);
+        }
+        // The flusher runs only now (one thread): the three are queued.
+        tokio::task::yield_now().await;
+        batcher.push(3);
+        drop(batcher);
+        handle.await.unwrap();
+        assert_eq!(*seen.lock().unwrap(), vec![vec![0, 1, 2], vec![3]]);
     }
 }
