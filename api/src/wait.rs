@@ -50,6 +50,9 @@ pub async fn until_finished(
         if terminal || now >= deadline {
             return Ok(job);
         }
+        // Not kept while parked: thousands of parked polls would each hold
+        // a copy of their job's row.
+        drop(job);
         let nap = state.limits.recheck.min(deadline - now);
         tokio::select! {
             _ = watch.changed() => {}
