@@ -91,6 +91,73 @@ BEGIN
 END
 $$;
 
+-- After a charge to quota row `q` (as it is after the charge) of a bucket
+-- whose plan limit is `lim` units: credits.low once when less than 10% is
+-- left, credits.depleted once when nothing is (per period; the row keeps
+-- the flags). True when an event was recorded.
+CREATE OR REPLACE FUNCTION unigen_bucket_events(q quota_usage, lim bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    rem bigint;
+BEGIN
+    IF q.org_id IS NULL OR NOT coalesce(lim > 0, false) THEN
+        RETURN false;
+    END IF;
+    rem := greatest(lim * 1000 - q.used_milli, 0);
+    IF rem = 0 AND NOT q.depleted_notified THEN
+        UPDATE quota_usage qu SET depleted_notified = true, low_notified = true
+         WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
+        PERFORM unigen_record_event(gen_random_uuid(), q.org_id, 'credits.depleted', jsonb_build_object(
+            'bucketType', q.bucket, 'remaining', 0, 'limit', lim, 'percentUsed', 100.0), clock_timestamp());
+        RETURN true;
+    ELSIF rem * 100 < lim * 1000 * 10 AND NOT q.low_notified THEN
+        UPDATE quota_usage qu SET low_notified = true
+         WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
+        PERFORM unigen_record_event(gen_random_uuid(), q.org_id, 'credits.low', jsonb_build_object(
+            'bucketType', q.bucket, 'remaining', rem / 1000.0, 'limit', lim,
+            'percentUsed', round(least(q.used_milli::numeric / 10 / lim, 100), 1)), clock_timestamp());
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- After a charge to account `a` (as it is after the charge) on plan `p`:
+-- the credits' low (below 10% of what the period allotted) and depleted
+-- (nothing left) events, and overage.soft_limit_reached, each once per
+-- period (the account keeps the flags). True when an event was recorded.
+CREATE OR REPLACE FUNCTION unigen_account_events(a billing_accounts, p plans) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    left_credits bigint := greatest(a.included_remaining + a.purchased_balance, 0);
+    allotted bigint := a.included_credits + a.purchased_balance;
+    recorded boolean := false;
+BEGIN
+    IF left_credits = 0 AND allotted > 0 AND NOT a.credits_depleted_notified THEN
+        UPDATE billing_accounts ba SET credits_depleted_notified = true, credits_low_notified = true
+         WHERE ba.org_id = a.org_id;
+        PERFORM unigen_record_event(gen_random_uuid(), a.org_id, 'credits.depleted', jsonb_build_object(
+            'bucketType', 'credits', 'remaining', 0, 'limit', allotted, 'percentUsed', 100.0), clock_timestamp());
+        recorded := true;
+    ELSIF allotted > 0 AND left_credits * 100 < allotted * 10 AND NOT a.credits_low_notified THEN
+        UPDATE billing_accounts ba SET credits_low_notified = true WHERE ba.org_id = a.org_id;
+        PERFORM unigen_record_event(gen_random_uuid(), a.org_id, 'credits.low', jsonb_build_object(
+            'bucketType', 'credits', 'remaining', left_credits, 'limit', allotted,
+            'percentUsed', round(least((allotted - left_credits) * 100.0 / allotted, 100), 1)), clock_timestamp());
+        recorded := true;
+    END IF;
+    IF a.soft_limit IS NOT NULL AND a.overage_credits >= a.soft_limit AND NOT a.soft_limit_notified THEN
+        UPDATE billing_accounts ba SET soft_limit_notified = true, last_notification_at = now()
+         WHERE ba.org_id = a.org_id;
+        PERFORM unigen_record_event(gen_random_uuid(), a.org_id, 'overage.soft_limit_reached', jsonb_build_object(
+            'overageCredits', a.overage_credits, 'softLimit', a.soft_limit,
+            'overageCost', COALESCE(p.overage_rate_micros, 0) * a.overage_credits / 1000000.0), clock_timestamp());
+        recorded := true;
+    END IF;
+    RETURN recorded;
+END
+$$;
+
 -- Holds `p_credits` and `p_milli` of `p_bucket` for request `p_id`.
 -- outcome: 'ok', 'setup', 'quota' (remaining: what the bucket has left, in
 -- units), 'credits' (remaining: credits left), 'hard_limit'.
@@ -234,11 +301,8 @@ DECLARE
     r reservations%ROWTYPE;
     q quota_usage%ROWTYPE;
     lim bigint;
-    rem bigint;
     credits bigint := greatest(p_credits, 0);
     meta jsonb;
-    allotted bigint;
-    left_credits bigint;
 BEGIN
     events_recorded := false;
     SELECT org_id INTO v_org FROM reservations WHERE id = p_id;
@@ -304,22 +368,8 @@ BEGIN
         IF lim IS NOT NULL THEN
             remaining_milli := greatest(lim * 1000 - q.used_milli - q.reserved_milli, 0);
         END IF;
-        IF lim > 0 THEN
-            rem := greatest(lim * 1000 - q.used_milli, 0);
-            IF rem = 0 AND NOT q.depleted_notified THEN
-                UPDATE quota_usage SET depleted_notified = true, low_notified = true
-                 WHERE org_id = q.org_id AND period_start = q.period_start AND quota_usage.bucket = q.bucket;
-                PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
-                    'bucketType', r.bucket, 'remaining', 0, 'limit', lim, 'percentUsed', 100.0), clock_timestamp());
-                events_recorded := true;
-            ELSIF rem * 100 < lim * 1000 * 10 AND NOT q.low_notified THEN
-                UPDATE quota_usage SET low_notified = true
-                 WHERE org_id = q.org_id AND period_start = q.period_start AND quota_usage.bucket = q.bucket;
-                PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
-                    'bucketType', r.bucket, 'remaining', rem / 1000.0, 'limit', lim,
-                    'percentUsed', round(least(q.used_milli::numeric / 10 / lim, 100), 1)), clock_timestamp());
-                events_recorded := true;
-            END IF;
+        IF unigen_bucket_events(q, lim) THEN
+            events_recorded := true;
         END IF;
     END IF;
     INSERT INTO usage_records (id, org_id, api_key_id, endpoint, method, model, credits, latency_ms,
@@ -327,28 +377,7 @@ BEGIN
     VALUES (p_id, v_org, u_key, u_endpoint, u_method, u_model, credits, u_latency_ms, 'success',
             u_tools, u_prompt, u_completion, u_prompt + u_completion, now())
     ON CONFLICT DO NOTHING;
-    -- The credits: low below 10% of what the period allotted, depleted at 0.
-    left_credits := greatest(a.included_remaining + a.purchased_balance, 0);
-    allotted := a.included_credits + a.purchased_balance;
-    IF left_credits = 0 AND allotted > 0 AND NOT a.credits_depleted_notified THEN
-        UPDATE billing_accounts SET credits_depleted_notified = true, credits_low_notified = true
-         WHERE org_id = v_org;
-        PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
-            'bucketType', 'credits', 'remaining', 0, 'limit', allotted, 'percentUsed', 100.0), clock_timestamp());
-        events_recorded := true;
-    ELSIF allotted > 0 AND left_credits * 100 < allotted * 10 AND NOT a.credits_low_notified THEN
-        UPDATE billing_accounts SET credits_low_notified = true WHERE org_id = v_org;
-        PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
-            'bucketType', 'credits', 'remaining', left_credits, 'limit', allotted,
-            'percentUsed', round(least((allotted - left_credits) * 100.0 / allotted, 100), 1)), clock_timestamp());
-        events_recorded := true;
-    END IF;
-    IF a.soft_limit IS NOT NULL AND a.overage_credits >= a.soft_limit AND NOT a.soft_limit_notified THEN
-        UPDATE billing_accounts SET soft_limit_notified = true, last_notification_at = now()
-         WHERE org_id = v_org;
-        PERFORM unigen_record_event(gen_random_uuid(), v_org, 'overage.soft_limit_reached', jsonb_build_object(
-            'overageCredits', a.overage_credits, 'softLimit', a.soft_limit,
-            'overageCost', COALESCE(p.overage_rate_micros, 0) * a.overage_credits / 1000000.0), clock_timestamp());
+    IF unigen_account_events(a, p) THEN
         events_recorded := true;
     END IF;
     credits_remaining := greatest(a.included_remaining + a.purchased_balance - a.reserved_credits, 0);
@@ -403,8 +432,14 @@ DECLARE
     k_base_reserved bigint[];
     k_used bigint[];
     k_released bigint[];
+    -- Whether its row exists, and its low and depleted flags as they stand.
+    k_exists boolean[];
+    k_low boolean[];
+    k_depleted boolean[];
     base_used bigint;
     base_reserved bigint;
+    base_low boolean;
+    base_depleted boolean;
     k int;
     j int;
     -- Per item.
@@ -438,10 +473,6 @@ DECLARE
     f_purch bigint;
     f_over bigint;
     meta jsonb;
-    lim bigint;
-    rem bigint;
-    left_credits bigint;
-    allotted bigint;
     org_events boolean;
 BEGIN
     IF n = 0 THEN
@@ -478,6 +509,8 @@ BEGIN
         END IF;
         k_period := '{}'; k_bucket := '{}'; k_lim := '{}'; k_base_used := '{}';
         k_base_reserved := '{}'; k_used := '{}'; k_released := '{}';
+        k_exists := '{}'; k_low := '{}'; k_depleted := '{}';
+        org_events := false;
         incl := a.included_remaining;
         purch := a.purchased_balance;
         ovr := a.overage_credits;
@@ -533,9 +566,13 @@ BEGIN
                     END IF;
                 END LOOP;
                 IF k IS NULL THEN
-                    SELECT qu.used_milli, qu.reserved_milli INTO base_used, base_reserved
+                    SELECT qu.used_milli, qu.reserved_milli, qu.low_notified, qu.depleted_notified
+                      INTO base_used, base_reserved, base_low, base_depleted
                       FROM quota_usage qu
                      WHERE qu.org_id = v_org AND qu.period_start = r_period[ri] AND qu.bucket = r_b[ri];
+                    k_exists := k_exists || FOUND;
+                    k_low := k_low || coalesce(base_low, false);
+                    k_depleted := k_depleted || coalesce(base_depleted, false);
                     k_period := k_period || r_period[ri];
                     k_bucket := k_bucket || r_b[ri];
                     k_lim := k_lim || unigen_bucket_limit(p, r_b[ri]);
@@ -552,6 +589,40 @@ BEGIN
                     o_remaining[it.n] := greatest(k_lim[k] * 1000 - (k_base_used[k] + k_used[k])
                         - (k_base_reserved[k] - k_released[k]), 0);
                 END IF;
+                -- Its events as after this item alone (a batch that crosses
+                -- 10% and then 0 announces both, in that order).
+                -- (Only near a threshold: the helper is a call per item.)
+                IF k_exists[k] AND k_lim[k] > 0 AND NOT k_depleted[k]
+                   AND (k_lim[k] * 1000 - k_base_used[k] - k_used[k]) * 10 < k_lim[k] * 1000 THEN
+                    q.org_id := v_org;
+                    q.period_start := k_period[k];
+                    q.bucket := k_bucket[k];
+                    q.used_milli := k_base_used[k] + k_used[k];
+                    q.reserved_milli := k_base_reserved[k] - k_released[k];
+                    q.low_notified := k_low[k];
+                    q.depleted_notified := k_depleted[k];
+                    IF unigen_bucket_events(q, k_lim[k]) THEN
+                        org_events := true;
+                        SELECT qu.low_notified, qu.depleted_notified INTO base_low, base_depleted
+                          FROM quota_usage qu
+                         WHERE qu.org_id = v_org AND qu.period_start = k_period[k] AND qu.bucket = k_bucket[k];
+                        k_low[k] := base_low;
+                        k_depleted[k] := base_depleted;
+                    END IF;
+                END IF;
+            END IF;
+            -- The account's events, likewise as after this item alone.
+            a.included_remaining := incl;
+            a.purchased_balance := purch;
+            a.overage_credits := ovr;
+            IF ((NOT a.credits_depleted_notified
+                 AND greatest(incl + purch, 0) * 10 < a.included_credits + purch)
+                OR (a.soft_limit IS NOT NULL AND ovr >= a.soft_limit AND NOT a.soft_limit_notified))
+               AND unigen_account_events(a, p) THEN
+                org_events := true;
+                SELECT ba.credits_low_notified, ba.credits_depleted_notified, ba.soft_limit_notified
+                  INTO a.credits_low_notified, a.credits_depleted_notified, a.soft_limit_notified
+                  FROM billing_accounts ba WHERE ba.org_id = v_org;
             END IF;
             o_outcome[it.n] := 'ok';
             o_charged[it.n] := credits;
@@ -567,56 +638,12 @@ BEGIN
 
         UPDATE billing_accounts ba SET included_remaining = incl, purchased_balance = purch,
                overage_credits = ovr, reserved_credits = reserved
-         WHERE ba.org_id = v_org RETURNING * INTO a;
-        org_events := false;
+         WHERE ba.org_id = v_org;
         FOR j IN 1..coalesce(array_length(k_bucket, 1), 0) LOOP
             UPDATE quota_usage qu SET used_milli = qu.used_milli + k_used[j],
                    reserved_milli = qu.reserved_milli - k_released[j]
-             WHERE qu.org_id = v_org AND qu.period_start = k_period[j] AND qu.bucket = k_bucket[j]
-            RETURNING * INTO q;
-            lim := k_lim[j];
-            IF lim > 0 THEN
-                rem := greatest(lim * 1000 - q.used_milli, 0);
-                IF rem = 0 AND NOT q.depleted_notified THEN
-                    UPDATE quota_usage qu SET depleted_notified = true, low_notified = true
-                     WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
-                    PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
-                        'bucketType', q.bucket, 'remaining', 0, 'limit', lim, 'percentUsed', 100.0), clock_timestamp());
-                    org_events := true;
-                ELSIF rem * 100 < lim * 1000 * 10 AND NOT q.low_notified THEN
-                    UPDATE quota_usage qu SET low_notified = true
-                     WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
-                    PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
-                        'bucketType', q.bucket, 'remaining', rem / 1000.0, 'limit', lim,
-                        'percentUsed', round(least(q.used_milli::numeric / 10 / lim, 100), 1)), clock_timestamp());
-                    org_events := true;
-                END IF;
-            END IF;
+             WHERE qu.org_id = v_org AND qu.period_start = k_period[j] AND qu.bucket = k_bucket[j];
         END LOOP;
-        -- The credits: low below 10% of what the period allotted, depleted at 0.
-        left_credits := greatest(a.included_remaining + a.purchased_balance, 0);
-        allotted := a.included_credits + a.purchased_balance;
-        IF left_credits = 0 AND allotted > 0 AND NOT a.credits_depleted_notified THEN
-            UPDATE billing_accounts ba SET credits_depleted_notified = true, credits_low_notified = true
-             WHERE ba.org_id = v_org;
-            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
-                'bucketType', 'credits', 'remaining', 0, 'limit', allotted, 'percentUsed', 100.0), clock_timestamp());
-            org_events := true;
-        ELSIF allotted > 0 AND left_credits * 100 < allotted * 10 AND NOT a.credits_low_notified THEN
-            UPDATE billing_accounts ba SET credits_low_notified = true WHERE ba.org_id = v_org;
-            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
-                'bucketType', 'credits', 'remaining', left_credits, 'limit', allotted,
-                'percentUsed', round(least((allotted - left_credits) * 100.0 / allotted, 100), 1)), clock_timestamp());
-            org_events := true;
-        END IF;
-        IF a.soft_limit IS NOT NULL AND a.overage_credits >= a.soft_limit AND NOT a.soft_limit_notified THEN
-            UPDATE billing_accounts ba SET soft_limit_notified = true, last_notification_at = now()
-             WHERE ba.org_id = v_org;
-            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'overage.soft_limit_reached', jsonb_build_object(
-                'overageCredits', a.overage_credits, 'softLimit', a.soft_limit,
-                'overageCost', COALESCE(p.overage_rate_micros, 0) * a.overage_credits / 1000000.0), clock_timestamp());
-            org_events := true;
-        END IF;
         FOR j IN 1..n LOOP
             IF orgs[j] = v_org AND o_outcome[j] = 'ok' THEN
                 o_events[j] := org_events;
@@ -974,9 +1001,6 @@ DECLARE
     f_over bigint;
     meta jsonb;
     lim bigint;
-    rem bigint;
-    left_credits bigint;
-    allotted bigint;
     org_events boolean;
     n int;
 BEGIN
@@ -1132,46 +1156,11 @@ BEGIN
                     + (SELECT coalesce(sum(y.m), 0) FROM unnest(r_b, r_m) AS y(b, m)
                         WHERE y.b = k_bucket[n]), 0);
             END IF;
-            IF lim > 0 THEN
-                rem := greatest(lim * 1000 - q.used_milli, 0);
-                IF rem = 0 AND NOT q.depleted_notified THEN
-                    UPDATE quota_usage qu SET depleted_notified = true, low_notified = true
-                     WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
-                    PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
-                        'bucketType', q.bucket, 'remaining', 0, 'limit', lim, 'percentUsed', 100.0), clock_timestamp());
-                    org_events := true;
-                ELSIF rem * 100 < lim * 1000 * 10 AND NOT q.low_notified THEN
-                    UPDATE quota_usage qu SET low_notified = true
-                     WHERE qu.org_id = q.org_id AND qu.period_start = q.period_start AND qu.bucket = q.bucket;
-                    PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
-                        'bucketType', q.bucket, 'remaining', rem / 1000.0, 'limit', lim,
-                        'percentUsed', round(least(q.used_milli::numeric / 10 / lim, 100), 1)), clock_timestamp());
-                    org_events := true;
-                END IF;
+            IF unigen_bucket_events(q, lim) THEN
+                org_events := true;
             END IF;
         END LOOP;
-        -- The credits: low below 10% of what the period allotted, depleted at 0.
-        left_credits := greatest(a.included_remaining + a.purchased_balance, 0);
-        allotted := a.included_credits + a.purchased_balance;
-        IF left_credits = 0 AND allotted > 0 AND NOT a.credits_depleted_notified THEN
-            UPDATE billing_accounts ba SET credits_depleted_notified = true, credits_low_notified = true
-             WHERE ba.org_id = v_org;
-            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.depleted', jsonb_build_object(
-                'bucketType', 'credits', 'remaining', 0, 'limit', allotted, 'percentUsed', 100.0), clock_timestamp());
-            org_events := true;
-        ELSIF allotted > 0 AND left_credits * 100 < allotted * 10 AND NOT a.credits_low_notified THEN
-            UPDATE billing_accounts ba SET credits_low_notified = true WHERE ba.org_id = v_org;
-            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'credits.low', jsonb_build_object(
-                'bucketType', 'credits', 'remaining', left_credits, 'limit', allotted,
-                'percentUsed', round(least((allotted - left_credits) * 100.0 / allotted, 100), 1)), clock_timestamp());
-            org_events := true;
-        END IF;
-        IF a.soft_limit IS NOT NULL AND a.overage_credits >= a.soft_limit AND NOT a.soft_limit_notified THEN
-            UPDATE billing_accounts ba SET soft_limit_notified = true, last_notification_at = now()
-             WHERE ba.org_id = v_org;
-            PERFORM unigen_record_event(gen_random_uuid(), v_org, 'overage.soft_limit_reached', jsonb_build_object(
-                'overageCredits', a.overage_credits, 'softLimit', a.soft_limit,
-                'overageCost', COALESCE(p.overage_rate_micros, 0) * a.overage_credits / 1000000.0), clock_timestamp());
+        IF unigen_account_events(a, p) THEN
             org_events := true;
         END IF;
         FOR n IN org_first..coalesce(array_length(o_ord, 1), 0) LOOP

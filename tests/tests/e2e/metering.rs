@@ -1149,16 +1149,18 @@ async fn settlements_together_match_settlements_one_at_a_time() {
                 overage_enabled = true, soft_limit = NULL, hard_limit = NULL",
     )
     .await;
-    fill_bucket(&app, orgs[0], "image_generations", 10).await;
-    fill_bucket(&app, orgs[1], "image_generations", 10).await;
-    fill_bucket(&app, orgs[2], "image_generations", 10).await;
+    // 3 of the 500 images left: the batch takes the bucket below 10%, then
+    // to nothing.
+    for &org in &orgs {
+        fill_bucket(&app, org, "image_generations", 497).await;
+    }
     // (reserved credits, bucket, reserved milli, charged credits, charged milli)
     let plan: [(i64, Option<&str>, i64, i64, i64); 4] = [
         (10, Some("image_generations"), 1_000, 10, 1_000),
         // Charged more than reserved: clamped to the reservation.
         (15, None, 0, 40, 0),
         // Crosses from included into purchased, then into overage.
-        (25, Some("image_generations"), 2_000, 25, 1_500),
+        (25, Some("image_generations"), 2_000, 25, 2_000),
         (5, None, 0, 5, 0),
     ];
     let client = app.db.client().await;
@@ -1283,7 +1285,7 @@ async fn settlements_together_match_settlements_one_at_a_time() {
     assert_eq!(credits_state(&app, orgs[0]).await, (0, 0, 0, 15));
     assert_eq!(
         bucket_state(&app, orgs[0], "image_generations").await,
-        (12_500, 0)
+        (500_000, 0)
     );
     let ledger = async |org: Uuid| -> Vec<(String, i64, i64)> {
         client
@@ -1317,9 +1319,41 @@ async fn settlements_together_match_settlements_one_at_a_time() {
     };
     let usage_alone = charged(usage(orgs[0]).await);
     assert_eq!(usage_alone.len(), 4);
+    // The billing events come out the same: each threshold as it was
+    // crossed, low and then depleted, for the credits and for the bucket.
+    let events = async |org: Uuid| -> Vec<(String, Value)> {
+        client
+            .query(
+                "SELECT type, data FROM events
+                  WHERE org_id = $1 AND type IN ('credits.low', 'credits.depleted', 'overage.soft_limit_reached')
+                  ORDER BY type, data::text",
+                &[&org],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    };
+    let events_alone = events(orgs[0]).await;
+    let kinds: Vec<(&str, &str)> = events_alone
+        .iter()
+        .map(|(kind, data)| (kind.as_str(), data["bucketType"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("credits.depleted", "credits"),
+            ("credits.depleted", "image_generations"),
+            ("credits.low", "credits"),
+            ("credits.low", "image_generations"),
+        ],
+        "{events_alone:?}"
+    );
     for &org in &orgs[1..] {
         assert_eq!(ledger(org).await, ledger_alone);
         assert_eq!(charged(usage(org).await), usage_alone);
+        assert_eq!(events(org).await, events_alone);
     }
     assert_eq!(scalar(&app, "SELECT count(*) FROM reservations").await, 0);
 }
