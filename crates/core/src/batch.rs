@@ -17,7 +17,8 @@ impl<T: Send + 'static> Batcher<T> {
     /// Spawns the flusher: it waits for a first item, collects whatever else
     /// arrives within `window` (at most `max` items), and hands the batch to
     /// `flush`. With a zero window nothing waits: a batch is what has queued
-    /// by then (under load, what arrived during the previous flush). It ends once every sender is dropped and the queue is drained.
+    /// by then (under load, what arrived during the previous flush). It ends
+    /// once every sender is dropped and the queue is drained.
     pub fn spawn<F, Fut>(window: Duration, max: usize, mut flush: F) -> (Self, JoinHandle<()>)
     where
         F: FnMut(Vec<T>) -> Fut + Send + 'static,
