@@ -57,20 +57,30 @@ pub async fn find_account(
         .optional()?)
 }
 
-/// The balances a response's credit headers report, in one round trip
-/// (`None` before the account's first charge).
-pub async fn account_snapshot(
+/// The account with the organization's plan, unlocked, in one round trip
+/// (`None` before the first charge).
+async fn find_account_and_plan(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
-) -> Result<Option<AccountSnapshot>, DbError> {
-    let row: Option<(BillingAccount, Plan)> = billing_accounts::table
+) -> Result<Option<(BillingAccount, Plan)>, DbError> {
+    Ok(billing_accounts::table
         .inner_join(organizations::table.inner_join(plans::table))
         .filter(billing_accounts::org_id.eq(org_id))
         .select((BillingAccount::as_select(), Plan::as_select()))
         .first(conn)
         .await
-        .optional()?;
-    Ok(row.map(|(account, plan)| snapshot(&account, &plan)))
+        .optional()?)
+}
+
+/// The balances a response's credit headers report (`None` before the
+/// account's first charge).
+pub async fn account_snapshot(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+) -> Result<Option<AccountSnapshot>, DbError> {
+    Ok(find_account_and_plan(conn, org_id)
+        .await?
+        .map(|(account, plan)| snapshot(&account, &plan)))
 }
 
 /// The account and plan as they stand, for reading: no lock unless the
@@ -80,9 +90,8 @@ pub async fn current_account(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
 ) -> Result<(BillingAccount, Plan), DbError> {
-    let plan = plan_of_org(conn, org_id).await?;
-    match find_account(conn, org_id).await? {
-        Some(account) if account.period_end > Utc::now() => Ok((account, plan)),
+    match find_account_and_plan(conn, org_id).await? {
+        Some((account, plan)) if account.period_end > Utc::now() => Ok((account, plan)),
         _ => {
             use diesel_async::AsyncConnection;
             conn.transaction::<_, DbError, _>(async |conn| lock_account(conn, org_id).await)

@@ -252,7 +252,7 @@ pub async fn complete_many(
          UPDATE jobs SET status = 'completed', progress = 100, output_data = x.output, \
                 actual_credits = x.credits, completed_at = now(), lease_expires_at = NULL \
            FROM x JOIN owned ON owned.id = x.id \
-          WHERE jobs.id = x.id AND jobs.attempt = x.attempt AND jobs.status = 'processing' \
+          WHERE jobs.id = x.id \
          RETURNING jobs.id",
     )
     .bind::<Array<SqlUuid>, _>(completions.iter().map(|c| c.id).collect::<Vec<_>>())
