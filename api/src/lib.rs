@@ -65,6 +65,8 @@ pub async fn spawn(
     settings
         .check_url_secret()
         .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
+    unigen_providers::registry::check_catalogue(&settings)
+        .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
     if settings.dev_mode {
         tracing::warn!("dev_mode is on: not for production");
     }
@@ -123,24 +125,13 @@ pub async fn spawn(
     let local = unigen_providers::local::LocalProvider::new(&settings.local_provider);
     let search = unigen_providers::search::SearchClient::from_settings(&settings.search)
         .context("configuring web search")?;
-    let upstreams: Arc<std::collections::HashMap<_, _>> = Arc::new(
-        settings
-            .upstreams
-            .iter()
-            .map(|(name, upstream)| {
-                (
-                    name.clone(),
-                    unigen_providers::openai::OpenAiClient::new(upstream),
-                )
-            })
-            .collect(),
-    );
+    let providers = unigen_providers::registry::Providers::new(&settings.upstreams);
     let signer = UrlSigner::new(
         &settings.storage.url_secret,
         &settings.http.public_base_url,
         Duration::from_secs(settings.storage.url_ttl_seconds),
     );
-    let chat_models = ChatModels::with_clients(upstreams.clone(), local.clone());
+    let chat_models = ChatModels::with_providers(providers.clone(), local.clone());
     let runs = RunEnv {
         pool: pool.clone(),
         notifier: notifier.clone(),
@@ -179,8 +170,8 @@ pub async fn spawn(
         legacy_models: Arc::new(settings.legacy_models.clone()),
         store,
         fetcher,
-        chat: ChatService::new(catalogue.clone(), upstreams.clone(), local.clone(), search),
-        embeddings: EmbeddingService::new(upstreams, local),
+        chat: ChatService::new(catalogue.clone(), providers.clone(), local.clone(), search),
+        embeddings: EmbeddingService::new(providers, local),
         signer,
         metrics,
         limits: Limits::from_settings(&settings),

@@ -644,6 +644,8 @@ pub fn fake_chat_model(
         fallback_upstreams: fallbacks,
         aliases: Vec::new(),
         developer_as_system: false,
+        max_output_tokens: None,
+        upstream_weights: Default::default(),
         description: None,
     }
 }

@@ -12,7 +12,6 @@ mod progress;
 mod registry;
 mod tools;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,8 +27,7 @@ use unigen_db::notify::{ListenerHub, Notifier};
 use unigen_jobs::queue::{SharedConnection, Topology};
 use unigen_providers::Catalogue;
 use unigen_providers::local::LocalProvider;
-use unigen_providers::openai::OpenAiClient;
-use unigen_providers::replicate::ReplicateClient;
+use unigen_providers::registry::Providers;
 
 /// What every job execution needs.
 pub(crate) struct WorkerContext {
@@ -39,10 +37,8 @@ pub(crate) struct WorkerContext {
     pub signer: UrlSigner,
     pub local: LocalProvider,
     pub catalogue: Catalogue,
-    /// One client per `[upstreams.*]` entry, built once.
-    pub upstreams: HashMap<String, OpenAiClient>,
-    /// The same upstreams for models on the `replicate` adapter.
-    pub replicates: HashMap<String, ReplicateClient>,
+    /// The upstreams' clients, per adapter, built once.
+    pub providers: Providers,
     pub notifier: Notifier,
     pub hub: ListenerHub,
     pub worker_id: String,
@@ -100,6 +96,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     settings
         .check_url_secret()
         .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
+    unigen_providers::registry::check_catalogue(&settings)
+        .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
     let Queues { tools, knowledge } = parse_tools(&settings.worker.tools)?;
     let pool = db::build_pool(&settings.database).context("building the database pool")?;
     let (notifier, notifier_task) = Notifier::spawn(
@@ -129,16 +127,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         ),
         local: LocalProvider::new(&settings.local_provider),
         catalogue: Catalogue::new(settings.models.clone()),
-        upstreams: settings
-            .upstreams
-            .iter()
-            .map(|(name, upstream)| (name.clone(), OpenAiClient::new(upstream)))
-            .collect(),
-        replicates: settings
-            .upstreams
-            .iter()
-            .map(|(name, upstream)| (name.clone(), ReplicateClient::new(upstream)))
-            .collect(),
+        providers: Providers::new(&settings.upstreams),
         notifier,
         hub,
         worker_id,

@@ -3,7 +3,7 @@
 //! the agent's completed chunks embedded by the same model are ranked by dot
 //! product (the vectors are unit length, so it is the cosine) in SQL.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use diesel_async::AsyncPgConnection;
@@ -16,7 +16,7 @@ use unigen_core::domain::ModelCategory;
 use unigen_db::{DbError, queries};
 use unigen_providers::local::LocalProvider;
 use unigen_providers::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
-use unigen_providers::openai::OpenAiClient;
+use unigen_providers::registry::{Capability, EmbeddingUpstream, Providers};
 use unigen_providers::{Catalogue, fallback};
 
 /// A chunk of one of the agent's knowledge files, with its similarity to the
@@ -32,7 +32,7 @@ pub struct KnowledgeExcerpt {
 }
 
 /// Embeds texts with the catalogue's default embedding model: the `local`
-/// adapter's `hash-embed` in-process, an `openai`-adapter model through its
+/// adapter's `hash-embed` in-process, any other model through its adapter's
 /// upstream (then its fallbacks). Vectors are returned at unit length. Built
 /// once per process; cheap to clone.
 #[derive(Clone)]
@@ -54,8 +54,8 @@ enum Backend {
     Upstream {
         /// The catalogue entry (its upstream and fallbacks, in order).
         entry: Box<ModelEntry>,
-        /// One client per upstream the entry names.
-        clients: HashMap<String, OpenAiClient>,
+        /// One client per upstream the entry names, in order.
+        clients: Vec<(String, Arc<dyn EmbeddingUpstream>)>,
     },
     /// No usable embedding model: every call fails permanently with this.
     Unavailable(String),
@@ -87,18 +87,9 @@ impl Embedder {
                 provider: local,
                 dimensions: DEFAULT_EMBEDDING_DIMENSIONS,
             },
-            "openai" => Backend::Upstream {
+            _ if Providers::serves_remotely(model, Capability::Embeddings) => Backend::Upstream {
                 entry: Box::new(model.clone()),
-                clients: model
-                    .upstream
-                    .iter()
-                    .chain(&model.fallback_upstreams)
-                    .filter_map(|name| {
-                        upstreams
-                            .get(name)
-                            .map(|settings| (name.clone(), OpenAiClient::new(settings)))
-                    })
-                    .collect(),
+                clients: Providers::new(upstreams).embeddings(model),
             },
             other => Backend::Unavailable(format!(
                 "model `{}` uses the {other} adapter, which does not serve embeddings",
@@ -155,12 +146,14 @@ impl Embedder {
 /// [`fallback::in_order`]).
 async fn embed_upstream(
     entry: &ModelEntry,
-    clients: &HashMap<String, OpenAiClient>,
+    clients: &[(String, Arc<dyn EmbeddingUpstream>)],
     texts: &[String],
 ) -> Result<Vec<Vec<f32>>, ProviderError> {
     let model = entry.upstream_model.as_deref().unwrap_or(&entry.id);
-    fallback::in_order(clients, entry, |client| async move {
-        client.embeddings(model, texts).await
+    let body = serde_json::json!({ "model": model, "input": texts });
+    fallback::in_order(entry, clients.to_vec(), |client| {
+        let body = body.clone();
+        async move { Ok(client.embed(body, texts.len()).await?.vectors) }
     })
     .await
     .map_err(|last| {
@@ -289,6 +282,7 @@ mod tests {
             base_url: format!("{url}/v1"),
             api_key: String::new(),
             timeout_seconds: 5,
+            ..Default::default()
         };
         let upstreams = BTreeMap::from([
             ("primary".to_owned(), upstream(broken.uri())),

@@ -3,7 +3,6 @@
 //! upstreams (with fallbacks) or the built-in test model, and what was used.
 //! The HTTP route keeps metering, headers and the SSE relay.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -11,15 +10,16 @@ use unigen_core::ValidationError;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
 
-use crate::Catalogue;
 use crate::chat::{
-    ChatCompletionRequest, ChatMessage, ChatParams, count_prompt_tokens, count_tokens,
+    ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_prompt_tokens,
+    count_tokens,
 };
-use crate::fallback;
 use crate::local::LocalProvider;
 use crate::local::answer::answer;
-use crate::openai::{ChunkStream, OpenAiClient};
+use crate::registry::ChunkStream;
+use crate::registry::{Capability, Providers};
 use crate::search::{SearchClient, grounding_prompt};
+use crate::{Catalogue, fallback};
 
 /// Why a completion was not served.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +57,7 @@ pub struct Answer {
 #[derive(Clone)]
 pub struct ChatService {
     catalogue: Arc<Catalogue>,
-    upstreams: Arc<HashMap<String, OpenAiClient>>,
+    providers: Providers,
     local: LocalProvider,
     search: Option<SearchClient>,
 }
@@ -65,13 +65,13 @@ pub struct ChatService {
 impl ChatService {
     pub fn new(
         catalogue: Arc<Catalogue>,
-        upstreams: Arc<HashMap<String, OpenAiClient>>,
+        providers: Providers,
         local: LocalProvider,
         search: Option<SearchClient>,
     ) -> Self {
         Self {
             catalogue,
-            upstreams,
+            providers,
             local,
             search,
         }
@@ -90,6 +90,28 @@ impl ChatService {
             .resolve(request.model.as_deref(), ModelCategory::Chat)?
             .clone();
         let mut params = request.validate(stream_query, model.vision)?;
+        let adapter = crate::registry::adapter(&model.adapter);
+        if !params.max_tokens_explicit
+            && let Some(limit) = model
+                .max_output_tokens
+                .or(adapter.and_then(|a| a.default_max_tokens))
+        {
+            // What the upstream will be sent, and so what metering reserves.
+            params.max_tokens = limit;
+        }
+        if let Some(taken) = adapter.and_then(|a| a.content_parts) {
+            check_content_parts(&params.messages, taken, &model)?;
+        }
+        if params.n > 1 && adapter.is_some_and(|a| a.one_choice) {
+            return Err(ValidationError::new(
+                "n",
+                format!(
+                    "model `{}` answers one choice per request: n must be 1",
+                    model.id
+                ),
+            )
+            .into());
+        }
         if params.web_search {
             self.ground_in_search_results(&mut params).await?;
         }
@@ -104,7 +126,7 @@ impl ChatService {
     /// Whether a streamed request is relayed from an upstream stream (else
     /// the whole answer is streamed in pieces).
     pub fn streams_upstream(model: &ModelEntry) -> bool {
-        model.adapter == "openai"
+        Providers::serves_remotely(model, Capability::Chat)
     }
 
     /// The whole answer of `model` to `params`.
@@ -140,7 +162,7 @@ impl ChatService {
             });
         }
         let body = upstream_body(params, model, false);
-        let mut upstream = fallback::in_order(&self.upstreams, model, |client| {
+        let mut upstream = fallback::in_order(model, self.providers.chat(model), |client| {
             let body = &body;
             async move { client.chat(body).await }
         })
@@ -185,7 +207,7 @@ impl ChatService {
         params: &ChatParams,
     ) -> Result<ChunkStream, ChatError> {
         let body = upstream_body(params, model, true);
-        fallback::in_order(&self.upstreams, model, |client| {
+        fallback::in_order(model, self.providers.chat(model), |client| {
             let body = &body;
             async move { client.chat_stream(body).await }
         })
@@ -209,6 +231,34 @@ impl ChatService {
         params.messages.insert(0, grounding);
         Ok(())
     }
+}
+
+/// A content part the model's vendor does not take is the client's error.
+fn check_content_parts(
+    messages: &[ChatMessage],
+    taken: &[&str],
+    model: &ModelEntry,
+) -> Result<(), ValidationError> {
+    for (i, message) in messages.iter().enumerate() {
+        let Some(MessageContent::Parts(parts)) = &message.content else {
+            continue;
+        };
+        if let Some(other) = parts
+            .iter()
+            .filter_map(|p| p["type"].as_str())
+            .find(|kind| !taken.contains(kind))
+        {
+            return Err(ValidationError::new(
+                "messages",
+                format!(
+                    "messages[{i}]: model `{}` does not take `{other}` content parts (it takes {})",
+                    model.id,
+                    taken.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn upstream_error(last: Option<unigen_core::ProviderError>) -> ChatError {
@@ -255,6 +305,13 @@ fn upstream_body(params: &ChatParams, model: &ModelEntry, stream: bool) -> Value
     if params.max_tokens_capped {
         // The quota has less left than the model would say.
         body.remove("max_completion_tokens");
+        body.insert("max_tokens".into(), json!(params.max_tokens));
+    } else if !params.max_tokens_explicit
+        && (model.max_output_tokens.is_some()
+            || crate::registry::adapter(&model.adapter)
+                .is_some_and(|a| a.default_max_tokens.is_some()))
+    {
+        // The model's cap (Anthropic requires one), as metering reserved it.
         body.insert("max_tokens".into(), json!(params.max_tokens));
     }
     if stream {

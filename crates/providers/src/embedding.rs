@@ -1,9 +1,6 @@
 //! Embeddings as a service: the model's adapter serves them (its upstreams,
 //! with fallbacks, or the built-in feature-hashing test model).
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use serde_json::json;
 use unigen_core::ProviderError;
 use unigen_core::config::ModelEntry;
@@ -12,7 +9,7 @@ use crate::chat::EmbeddingParams;
 use crate::fallback;
 use crate::local::LocalProvider;
 use crate::local::chat::{DEFAULT_EMBEDDING_DIMENSIONS, embed};
-use crate::openai::OpenAiClient;
+use crate::registry::Providers;
 
 /// Vectors in input order, and the input tokens they cost.
 pub struct Embedded {
@@ -22,13 +19,13 @@ pub struct Embedded {
 
 #[derive(Clone)]
 pub struct EmbeddingService {
-    upstreams: Arc<HashMap<String, OpenAiClient>>,
+    providers: Providers,
     local: LocalProvider,
 }
 
 impl EmbeddingService {
-    pub fn new(upstreams: Arc<HashMap<String, OpenAiClient>>, local: LocalProvider) -> Self {
-        Self { upstreams, local }
+    pub fn new(providers: Providers, local: LocalProvider) -> Self {
+        Self { providers, local }
     }
 
     pub async fn embed(
@@ -49,9 +46,15 @@ impl EmbeddingService {
                 prompt_tokens: params.inputs.token_count(),
             });
         }
+        let takes_token_ids = crate::registry::adapter(&model.adapter).is_some_and(|a| a.token_ids);
+        let input = if takes_token_ids {
+            json!(params.sent)
+        } else {
+            json!(params.inputs.texts())
+        };
         let mut body = json!({
             "model": model.upstream_model.as_deref().unwrap_or(&model.id),
-            "input": params.sent,
+            "input": input,
         });
         if let Some(dimensions) = params.dimensions {
             body["dimensions"] = json!(dimensions);
@@ -59,7 +62,7 @@ impl EmbeddingService {
         if let Some(user) = &params.user {
             body["user"] = json!(user);
         }
-        let answer = fallback::in_order(&self.upstreams, model, |client| {
+        let answer = fallback::in_order(model, self.providers.embeddings(model), |client| {
             let body = body.clone();
             async move { client.embed(body, params.inputs.len()).await }
         })

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 
-use super::ProviderError;
+use unigen_core::ProviderError;
 
 /// Retries after the first try.
 pub const MAX_RETRIES: usize = 3;
@@ -72,6 +72,16 @@ pub fn bearer(request: reqwest::RequestBuilder, api_key: &str) -> reqwest::Reque
     }
 }
 
+/// The answer's `Retry-After` in seconds, cut to [`MAX_RETRY_AFTER`].
+pub fn retry_after(response: &reqwest::Response) -> Option<Duration> {
+    response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+}
+
 /// Classifies a non-success answer. `message` picks the upstream's short
 /// explanation out of a JSON error body (it must not return secrets).
 pub async fn status_failure(
@@ -79,12 +89,7 @@ pub async fn status_failure(
     message: impl FnOnce(&serde_json::Value) -> Option<String>,
 ) -> Attempt {
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+    let retry_after = retry_after(&response);
     let error = match status.as_u16() {
         408 | 429 | 500..=599 => {
             ProviderError::Transient(format!("the upstream answered {status}"))

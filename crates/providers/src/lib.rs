@@ -1,25 +1,30 @@
 //! Model catalogue and provider adapters (`local` is built in and offline),
 //! chat requests and the tool-calling turn over any chat model, web search.
 
+pub mod anthropic;
 pub mod chat;
 pub mod completion;
 pub mod embedding;
 pub mod fallback;
+pub mod gemini;
 mod http;
 pub mod llm;
 pub mod local;
 pub mod openai;
 mod outputs;
+pub mod registry;
 pub mod replicate;
 pub mod search;
+mod sse;
 pub mod turn;
+pub mod upstream;
+pub mod vendor;
 
 use unigen_core::ValidationError;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
 
 pub use unigen_core::ProviderError;
-pub use unigen_core::config::ADAPTERS;
 
 /// The configured models, by id and category.
 #[derive(Debug, Clone)]

@@ -15,8 +15,7 @@
 //!   calls, one per turn, and the final answer quotes the tool results.
 //!   It lets the whole agent feature run and be tested without upstream keys.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
@@ -24,7 +23,7 @@ use crate::chat::{count_prompt_tokens, count_tokens};
 
 use crate::fallback;
 use crate::local::{LocalProvider, chat};
-use crate::openai::OpenAiClient;
+use crate::registry::{Capability, Providers};
 use unigen_core::ProviderError;
 use unigen_core::config::{LocalProviderSettings, UpstreamSettings};
 use unigen_core::domain::ModelCategory;
@@ -33,33 +32,25 @@ pub use crate::turn::{
     ToolCall, ToolSpec, Turn, TurnRequest, parse_arguments, tool_result_message,
 };
 
-/// The chat models of the catalogue, ready to run turns: one client per
-/// `[upstreams.*]` entry (built once per process) and the local provider.
+/// The chat models of the catalogue, ready to run turns: the upstreams'
+/// clients (built once per process) and the local provider.
 #[derive(Clone)]
 pub struct ChatModels {
-    upstreams: Arc<HashMap<String, OpenAiClient>>,
+    providers: Providers,
     local: LocalProvider,
 }
 
 impl ChatModels {
-    /// Builds a client per upstream.
     pub fn new(
         upstreams: &BTreeMap<String, UpstreamSettings>,
         local: &LocalProviderSettings,
     ) -> Self {
-        let clients = upstreams
-            .iter()
-            .map(|(name, settings)| (name.clone(), OpenAiClient::new(settings)))
-            .collect();
-        Self::with_clients(Arc::new(clients), LocalProvider::new(local))
+        Self::with_providers(Providers::new(upstreams), LocalProvider::new(local))
     }
 
-    /// Shares clients a process already built (e.g. the API's `upstreams`).
-    pub fn with_clients(
-        upstreams: Arc<HashMap<String, OpenAiClient>>,
-        local: LocalProvider,
-    ) -> Self {
-        Self { upstreams, local }
+    /// Shares the clients a process already has (e.g. the API's).
+    pub fn with_providers(providers: Providers, local: LocalProvider) -> Self {
+        Self { providers, local }
     }
 
     /// Runs one turn of `request.model`.
@@ -77,7 +68,9 @@ impl ChatModels {
                 self.local.simulate_conditions().await?;
                 Ok(chat::directive_turn(request.messages, request.max_tokens))
             }
-            "openai" => self.complete_upstream(request).await,
+            _ if Providers::serves_remotely(model, Capability::Chat) => {
+                self.complete_upstream(request).await
+            }
             other => Err(ProviderError::Permanent(format!(
                 "model `{}` uses the {other} adapter, which does not serve chat",
                 model.id
@@ -90,7 +83,7 @@ impl ChatModels {
     async fn complete_upstream(&self, request: &TurnRequest<'_>) -> Result<Turn, ProviderError> {
         let model = request.model;
         let body = upstream_body(request);
-        fallback::in_order(&self.upstreams, model, |client| {
+        fallback::in_order(model, self.providers.chat(model), |client| {
             let body = &body;
             async move { parse_turn(&client.chat(body).await?, request) }
         })
@@ -229,6 +222,8 @@ mod tests {
             fallback_upstreams: fallbacks.iter().map(|s| (*s).to_owned()).collect(),
             aliases: Vec::new(),
             developer_as_system: false,
+            max_output_tokens: None,
+            upstream_weights: Default::default(),
             description: None,
         }
     }
@@ -261,6 +256,7 @@ mod tests {
                     base_url: format!("{}/v1", server.uri()),
                     api_key: "sk-secret".into(),
                     timeout_seconds: 5,
+                    ..Default::default()
                 };
                 ((*name).to_owned(), settings)
             })

@@ -6,22 +6,31 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use reqwest::multipart::{Form, Part};
 use serde::Deserialize;
 
-use super::ProviderError;
-use super::http::{self, Attempt, bearer, connection_failure, with_retries};
+use super::http::{self, Attempt, connection_failure, with_retries};
+use crate::upstream::{Auth, Upstream};
+use unigen_core::ProviderError;
 use unigen_core::config::UpstreamSettings;
 use unigen_core::params::transcription::{
     Segment, SegmentDecoding, Transcript, Word, language_code,
 };
 
+/// An OpenAI-compatible upstream (`adapter = "openai"`), or Azure OpenAI
+/// (`adapter = "azure-openai"`): the same wire format under
+/// `{base}/openai/deployments/{deployment}/...?api-version=...`, the model's
+/// `upstream_model` naming the deployment, with the key in `api-key`.
 #[derive(Clone)]
 pub struct OpenAiClient {
-    base_url: String,
-    api_key: String,
-    http: reqwest::Client,
+    upstream: Upstream,
+    /// Azure's `api-version`, for an Azure upstream.
+    azure: Option<String>,
 }
+
+/// Azure OpenAI's GA data-plane API version used when the upstream sets none.
+pub const AZURE_API_VERSION: &str = "2024-10-21";
 
 #[derive(Deserialize)]
 struct VerboseTranscription {
@@ -90,16 +99,43 @@ pub struct TranscribeOptions<'a> {
 
 impl OpenAiClient {
     pub fn new(settings: &UpstreamSettings) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(settings.timeout_seconds))
-            .no_proxy()
-            .build()
-            .expect("the HTTP client configuration is valid");
         Self {
-            base_url: settings.base_url.trim_end_matches('/').to_owned(),
-            api_key: settings.api_key.clone(),
-            http,
+            upstream: Upstream::new(settings, Auth::Bearer, &[]),
+            azure: None,
+        }
+    }
+
+    /// An Azure OpenAI resource: `base_url` is its endpoint
+    /// (`https://<resource>.openai.azure.com`).
+    pub fn azure(settings: &UpstreamSettings) -> Self {
+        let version = settings
+            .api_version
+            .clone()
+            .unwrap_or_else(|| AZURE_API_VERSION.to_owned());
+        Self {
+            upstream: Upstream::new(settings, Auth::Header("api-key"), &[]),
+            azure: Some(version),
+        }
+    }
+
+    /// The URL of `path` (`chat/completions`...) for `model`: on Azure, under
+    /// the deployment the model names.
+    fn endpoint(&self, path: &str, model: &str) -> String {
+        match &self.azure {
+            None => self.upstream.url(path),
+            Some(version) => {
+                let base = self.upstream.url("openai/deployments");
+                let Ok(mut url) = url::Url::parse(&base) else {
+                    // An unparsable base URL fails at the request, as any other.
+                    return base;
+                };
+                if let Ok(mut segments) = url.path_segments_mut() {
+                    // Percent-encoded: a deployment name is one segment.
+                    segments.push(model).extend(path.split('/'));
+                }
+                url.query_pairs_mut().append_pair("api-version", version);
+                url.into()
+            }
         }
     }
 
@@ -140,15 +176,11 @@ impl OpenAiClient {
             if let Some(temperature) = options.temperature {
                 form = form.text("temperature", temperature.to_string());
             }
-            let request = self
-                .http
-                .post(format!("{}/{endpoint}", self.base_url))
-                .multipart(form);
+            let url = self.endpoint(endpoint, options.model);
             let response = self
-                .authorized(request)
-                .send()
-                .await
-                .map_err(connection_failure)?;
+                .upstream
+                .send(|http| http.post(url).multipart(form))
+                .await?;
             read_json::<VerboseTranscription>(response).await
         };
         let verbose = with_retries(attempt).await?;
@@ -161,18 +193,8 @@ impl OpenAiClient {
         path: &str,
         body: &serde_json::Value,
     ) -> Result<reqwest::Response, Attempt> {
-        let request = self
-            .http
-            .post(format!("{}/{path}", self.base_url))
-            .json(body);
-        self.authorized(request)
-            .send()
-            .await
-            .map_err(connection_failure)
-    }
-
-    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        bearer(request, &self.api_key)
+        let url = self.endpoint(path, body["model"].as_str().unwrap_or_default());
+        self.upstream.send(|http| http.post(url).json(body)).await
     }
 }
 
@@ -292,9 +314,33 @@ mod tests {
 
 /// A server-sent event stream of JSON chunks (`data: {...}`), ending at
 /// `data: [DONE]` or when the upstream closes.
-pub type ChunkStream = std::pin::Pin<
-    Box<dyn futures_util::Stream<Item = Result<serde_json::Value, ProviderError>> + Send>,
->;
+pub use crate::vendor::ChunkStream;
+
+impl crate::vendor::ChatUpstream for OpenAiClient {
+    fn chat<'a>(
+        &'a self,
+        body: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<serde_json::Value, ProviderError>> {
+        Box::pin(OpenAiClient::chat(self, body))
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        body: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
+        Box::pin(OpenAiClient::chat_stream(self, body))
+    }
+}
+
+impl crate::vendor::EmbeddingUpstream for OpenAiClient {
+    fn embed(
+        &self,
+        body: serde_json::Value,
+        inputs: usize,
+    ) -> BoxFuture<'_, Result<Embeddings, ProviderError>> {
+        Box::pin(OpenAiClient::embed(self, body, inputs))
+    }
+}
 
 impl OpenAiClient {
     /// `POST {base}/chat/completions` without streaming.
@@ -326,77 +372,32 @@ impl OpenAiClient {
     }
 }
 
-/// Parses `data:` events out of a byte stream.
+/// The `data:` payloads of a byte stream as JSON chunks, up to `[DONE]`.
 fn sse_chunks<S, B>(bytes: S) -> ChunkStream
 where
     S: futures_util::Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
-    B: AsRef<[u8]>,
+    B: AsRef<[u8]> + Send + 'static,
 {
     use futures_util::StreamExt;
-    let state = (
-        Box::pin(bytes),
-        Vec::<u8>::new(),
-        std::collections::VecDeque::<serde_json::Value>::new(),
-        false,
-    );
-    Box::pin(futures_util::stream::unfold(
-        state,
-        |(mut bytes, mut buffer, mut ready, mut done)| async move {
-            loop {
-                if let Some(chunk) = ready.pop_front() {
-                    return Some((Ok(chunk), (bytes, buffer, ready, done)));
-                }
-                if done {
-                    return None;
-                }
-                match bytes.next().await {
-                    Some(Ok(data)) => {
-                        buffer.extend_from_slice(data.as_ref());
-                        while let Some(end) = find_event_end(&buffer) {
-                            let event: Vec<u8> = buffer.drain(..end).collect();
-                            let text = String::from_utf8_lossy(&event);
-                            let data: Vec<&str> = text
-                                .lines()
-                                .filter_map(|line| line.strip_prefix("data:"))
-                                .map(str::trim)
-                                .collect();
-                            if data.is_empty() {
-                                continue;
-                            }
-                            let payload = data.join("\n");
-                            if payload == "[DONE]" {
-                                done = true;
-                                break;
-                            }
-                            match serde_json::from_str(&payload) {
-                                Ok(chunk) => ready.push_back(chunk),
-                                Err(_) => tracing::debug!("skipping an unreadable stream event"),
-                            }
-                        }
+    let chunks = crate::sse::events(bytes)
+        .take_while(|event| {
+            let done = matches!(event, Ok(e) if e.data.trim() == "[DONE]");
+            std::future::ready(!done)
+        })
+        .filter_map(|event| {
+            std::future::ready(match event {
+                Err(err) => Some(Err(err)),
+                Ok(event) if event.data.trim().is_empty() => None,
+                Ok(event) => match serde_json::from_str(&event.data) {
+                    Ok(chunk) => Some(Ok(chunk)),
+                    Err(_) => {
+                        tracing::debug!("skipping an unreadable stream event");
+                        None
                     }
-                    Some(Err(_)) => {
-                        let error =
-                            ProviderError::Transient("the upstream stream broke off".into());
-                        return Some((Err(error), (bytes, buffer, ready, true)));
-                    }
-                    None => done = true,
-                }
-            }
-        },
-    ))
-}
-
-/// End (exclusive, separator included) of the first complete event.
-fn find_event_end(buffer: &[u8]) -> Option<usize> {
-    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = buffer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+                },
+            })
+        });
+    Box::pin(chunks)
 }
 
 #[cfg(test)]
@@ -457,7 +458,7 @@ impl OpenAiClient {
                 const MAX_IMAGE_BYTES: usize = 64 * 1024 * 1024;
                 const IMAGE_DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(60);
                 let source = super::outputs::OutputSource {
-                    base_url: &self.base_url,
+                    base_url: self.upstream.base_url(),
                     api_key: None,
                     timeout: IMAGE_DOWNLOAD_TIMEOUT,
                 };
@@ -517,6 +518,7 @@ mod retry_tests {
             base_url: format!("{}/v1", server.uri()),
             api_key: String::new(),
             timeout_seconds: 5,
+            ..Default::default()
         });
         let result =
             tokio::time::timeout(Duration::from_secs(10), client.chat(&serde_json::json!({})))
@@ -550,11 +552,7 @@ struct EmbeddingUsage {
     prompt_tokens: u32,
 }
 
-/// Vectors in input order, and the input tokens the upstream reported.
-pub struct Embeddings {
-    pub vectors: Vec<Vec<f32>>,
-    pub prompt_tokens: Option<u32>,
-}
+pub use crate::vendor::Embeddings;
 
 impl OpenAiClient {
     /// `POST {base}/embeddings`: one float vector per input, in input order
@@ -626,7 +624,51 @@ mod embedding_tests {
             base_url: format!("{}/v1", server.uri()),
             api_key: "sk-test".into(),
             timeout_seconds: 5,
+            ..Default::default()
         })
+    }
+
+    #[tokio::test]
+    async fn azure_calls_go_to_the_deployment_with_the_api_version_and_the_api_key_header() {
+        use wiremock::matchers::{header, query_param};
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/openai/deployments/my%20gpt/chat/completions"))
+            .and(query_param("api-version", "2024-10-21"))
+            .and(header("api-key", "azure-key"))
+            .respond_with(
+                ResponseTemplate::new(200).set_body_json(serde_json::json!({"choices": []})),
+            )
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path("/openai/deployments/embedder/embeddings"))
+            .and(query_param("api-version", "2025-01-01"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                "data": [{"index": 0, "embedding": [1.0]}]
+            })))
+            .mount(&server)
+            .await;
+        let settings = |version: Option<&str>| UpstreamSettings {
+            base_url: server.uri(),
+            api_key: "azure-key".into(),
+            timeout_seconds: 5,
+            api_version: version.map(str::to_owned),
+            ..Default::default()
+        };
+        let chat = OpenAiClient::azure(&settings(None))
+            .chat(&serde_json::json!({"model": "my gpt", "messages": []}))
+            .await;
+        assert_eq!(chat, Ok(serde_json::json!({"choices": []})));
+        let vectors = OpenAiClient::azure(&settings(Some("2025-01-01")))
+            .embeddings("embedder", &["a".into()])
+            .await;
+        assert_eq!(vectors, Ok(vec![vec![1.0]]));
+        let request = &server.received_requests().await.unwrap()[0];
+        assert!(
+            request.headers.get("authorization").is_none(),
+            "no bearer key on Azure"
+        );
     }
 
     #[tokio::test]

@@ -393,6 +393,7 @@ mod tests {
             base_url: format!("{}/v1", upstream.uri()),
             api_key: "sk-up".into(),
             timeout_seconds: 5,
+            ..Default::default()
         });
         let generate = |name: &'static str| {
             let client = client.clone();

@@ -17,9 +17,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::ProviderError;
-use super::http::{self, Attempt, bearer, connection_failure, with_retries};
+use super::http::{self, Attempt, connection_failure, with_retries};
 use super::outputs::{OutputSource, read_capped};
+use crate::upstream::{Auth, Upstream};
+use unigen_core::ProviderError;
 use unigen_core::config::UpstreamSettings;
 
 /// Retries of one request (create, one poll, one download) after a transient failure.
@@ -37,11 +38,13 @@ const PREDICTION_ERROR_CHARS: usize = 300;
 #[derive(Clone)]
 pub struct ReplicateClient {
     base_url: String,
-    api_key: String,
+    /// Every configured key: redacted from whatever an error quotes.
+    api_keys: Vec<String>,
     timeout: Duration,
     first_poll: Duration,
     max_poll: Duration,
-    http: reqwest::Client,
+    /// The API itself (keys in turn, configured headers).
+    upstream: Upstream,
 }
 
 impl std::fmt::Debug for ReplicateClient {
@@ -49,10 +52,7 @@ impl std::fmt::Debug for ReplicateClient {
         // Never print the key.
         f.debug_struct("ReplicateClient")
             .field("base_url", &self.base_url)
-            .field(
-                "api_key",
-                &if self.api_key.is_empty() { "" } else { "<set>" },
-            )
+            .field("keys", &self.api_keys.len())
             .field("timeout", &self.timeout)
             .field("first_poll", &self.first_poll)
             .field("max_poll", &self.max_poll)
@@ -92,19 +92,13 @@ enum Stop {
 impl ReplicateClient {
     pub fn new(settings: &UpstreamSettings) -> Self {
         let timeout = Duration::from_secs(settings.timeout_seconds);
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(timeout)
-            .no_proxy()
-            .build()
-            .expect("the HTTP client configuration is valid");
         Self {
             base_url: settings.base_url.trim_end_matches('/').to_owned(),
-            api_key: settings.api_key.clone(),
+            api_keys: settings.keys(),
+            upstream: Upstream::new(settings, Auth::Bearer, &[]),
             timeout,
             first_poll: FIRST_POLL,
             max_poll: MAX_POLL,
-            http,
         }
     }
 
@@ -181,7 +175,8 @@ impl ReplicateClient {
     pub async fn download(&self, url: &str, max_bytes: usize) -> Result<Vec<u8>, ProviderError> {
         let source = OutputSource {
             base_url: &self.base_url,
-            api_key: Some(&self.api_key),
+            // Output files under the API's origin (its files API).
+            api_key: self.api_keys.first().map(String::as_str),
             timeout: self.timeout,
         };
         with_retries(|| async {
@@ -232,12 +227,10 @@ impl ReplicateClient {
 
     async fn create(&self, url: &str, body: &Value) -> Result<Prediction, ProviderError> {
         let prediction = with_retries(|| async {
-            let request = self.http.post(url).header("Prefer", PREFER_WAIT).json(body);
             let response = self
-                .authorized(request)
-                .send()
-                .await
-                .map_err(connection_failure)?;
+                .upstream
+                .send(|http| http.post(url).header("Prefer", PREFER_WAIT).json(body))
+                .await?;
             self.read_prediction(response).await
         })
         .await?;
@@ -260,8 +253,7 @@ impl ReplicateClient {
             tokio::time::sleep(pause).await;
             pause = pause.mul_f64(1.5).min(self.max_poll);
             prediction = with_retries(|| async {
-                let request = self.authorized(self.http.get(&get_url));
-                let response = request.send().await.map_err(connection_failure)?;
+                let response = self.upstream.send(|http| http.get(&get_url)).await?;
                 self.read_prediction(response).await
             })
             .await
@@ -317,27 +309,23 @@ impl ReplicateClient {
 
     /// `POST {base}/predictions/{id}/cancel`, once, without failing the caller.
     async fn cancel_prediction(&self, id: &str) {
-        let request = self
-            .authorized(
-                self.http
-                    .post(format!("{}/predictions/{id}/cancel", self.base_url)),
-            )
-            .timeout(self.timeout.min(CANCEL_TIMEOUT));
-        match request.send().await {
+        let url = format!("{}/predictions/{id}/cancel", self.base_url);
+        let timeout = self.timeout.min(CANCEL_TIMEOUT);
+        match self
+            .upstream
+            .send(|http| http.post(url).timeout(timeout))
+            .await
+        {
             Ok(response) if response.status().is_success() => {
                 tracing::debug!(prediction = %id, "replicate prediction canceled");
             }
             Ok(response) => {
                 tracing::warn!(prediction = %id, status = %response.status(), "could not cancel a replicate prediction");
             }
-            Err(err) => {
-                tracing::warn!(prediction = %id, error = %err.without_url(), "could not cancel a replicate prediction");
+            Err(failed) => {
+                tracing::warn!(prediction = %id, error = %failed.error, "could not cancel a replicate prediction");
             }
         }
-    }
-
-    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        bearer(request, &self.api_key)
     }
 
     async fn read_prediction(&self, response: reqwest::Response) -> Result<Prediction, Attempt> {
@@ -370,11 +358,10 @@ impl ReplicateClient {
 
     /// `text` without the key, cut to `max_chars` characters.
     fn clip(&self, text: &str, max_chars: usize) -> String {
-        let text = if self.api_key.is_empty() {
-            text.to_owned()
-        } else {
-            text.replace(&self.api_key, "<redacted>")
-        };
+        let text = self
+            .api_keys
+            .iter()
+            .fold(text.to_owned(), |text, key| text.replace(key, "<redacted>"));
         text.chars().take(max_chars).collect()
     }
 }
@@ -433,6 +420,7 @@ mod tests {
             base_url: format!("{}/v1/", server.uri()),
             api_key: KEY.into(),
             timeout_seconds: 5,
+            ..Default::default()
         })
         .with_poll_interval(Duration::from_millis(10), Duration::from_millis(40))
     }
@@ -920,6 +908,7 @@ mod tests {
             base_url: format!("http://{address}/v1/"),
             api_key: KEY.into(),
             timeout_seconds: 5,
+            ..Default::default()
         })
         .download(&format!("http://{address}/file.wav"), 500)
         .await
@@ -996,6 +985,7 @@ mod tests {
             base_url: format!("http://{address}/v1"),
             api_key: KEY.into(),
             timeout_seconds: 10,
+            ..Default::default()
         });
         let err = client
             .download(&format!("http://{address}/endless.mp4"), 1 << 20)
@@ -1100,9 +1090,10 @@ mod tests {
             base_url: "https://api.replicate.com/v1".into(),
             api_key: KEY.into(),
             timeout_seconds: 60,
+            ..Default::default()
         });
         let printed = format!("{client:?}");
         assert!(!printed.contains(KEY), "{printed}");
-        assert!(printed.contains("<set>"), "{printed}");
+        assert!(printed.contains("keys: 1"), "{printed}");
     }
 }

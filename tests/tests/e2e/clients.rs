@@ -33,7 +33,7 @@ const UPSTREAM_EMBED_MODEL: &str = "embed-upstream";
 /// The key `fake_upstream` gives the upstream entry.
 const UPSTREAM_API_KEY: &str = "sk-upstream-secret";
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
@@ -97,6 +97,25 @@ async fn stack(whisper: bool) -> (TestApp, FakeUpstream) {
 
 /// Runs one client's script against the stack; fails with its whole output.
 async fn run_client(app: &TestApp, upstream: &FakeUpstream, program: &Path, script: &str) {
+    let mut command = client_command(app, program, script);
+    command
+        .env("FAKE_UPSTREAM_URL", &upstream.url)
+        .env("FAKE_CHAT_MODEL", CHAT_MODEL)
+        .env("FAKE_EMBED_MODEL", EMBED_MODEL)
+        .env("UPSTREAM_CHAT_MODEL", UPSTREAM_CHAT_MODEL)
+        .env("UPSTREAM_EMBED_MODEL", UPSTREAM_EMBED_MODEL)
+        .env("UPSTREAM_API_KEY", UPSTREAM_API_KEY);
+    run_to_success(command, script).await;
+}
+
+/// A client script (`script`, from the repository root) run by `program`
+/// against `app` with its base URL and key, and nothing reaching beyond
+/// loopback.
+pub(crate) fn client_command(
+    app: &TestApp,
+    program: &Path,
+    script: &str,
+) -> tokio::process::Command {
     let root = root();
     let tiktoken_cache = root.join(".venv/tiktoken-cache");
     assert!(
@@ -110,12 +129,6 @@ async fn run_client(app: &TestApp, upstream: &FakeUpstream, program: &Path, scri
         .current_dir(root.join("tests/sdk"))
         .env("OPENAI_BASE_URL", app.url("/api/v1"))
         .env("OPENAI_API_KEY", &app.key)
-        .env("FAKE_UPSTREAM_URL", &upstream.url)
-        .env("FAKE_CHAT_MODEL", CHAT_MODEL)
-        .env("FAKE_EMBED_MODEL", EMBED_MODEL)
-        .env("UPSTREAM_CHAT_MODEL", UPSTREAM_CHAT_MODEL)
-        .env("UPSTREAM_EMBED_MODEL", UPSTREAM_EMBED_MODEL)
-        .env("UPSTREAM_API_KEY", UPSTREAM_API_KEY)
         .env("TIKTOKEN_CACHE_DIR", &tiktoken_cache)
         // Nothing leaves the machine: any attempt goes to a closed port.
         .env("HTTPS_PROXY", "http://127.0.0.1:9")
@@ -133,10 +146,16 @@ async fn run_client(app: &TestApp, upstream: &FakeUpstream, program: &Path, scri
     if let Ok(only) = std::env::var("CLIENT_CHECKS") {
         command.env("CLIENT_CHECKS", only);
     }
+    command
+}
+
+/// Runs a client script to its end; fails with its whole output unless it
+/// exited 0 with no failed step. Returns what it printed.
+pub(crate) async fn run_to_success(mut command: tokio::process::Command, script: &str) -> String {
     let output = tokio::time::timeout(Duration::from_secs(300), command.output())
         .await
         .unwrap_or_else(|_| panic!("{script} did not finish within 300 s"))
-        .unwrap_or_else(|e| panic!("running {} {script}: {e}", program.display()));
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let failed: Vec<&str> = stdout
@@ -149,6 +168,7 @@ async fn run_client(app: &TestApp, upstream: &FakeUpstream, program: &Path, scri
         output.status,
         failed.join("\n")
     );
+    stdout.into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,6 +23,7 @@ mod media;
 mod metering;
 mod metrics;
 mod migrations;
+mod native_providers;
 mod openai_compat;
 mod openai_media;
 mod ops;

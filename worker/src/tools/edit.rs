@@ -74,7 +74,7 @@ pub async fn run(
     })?;
     super::retry_transient(|| context.local.simulate_conditions()).await?;
     if let Some((model, client)) = super::replicate_client(context, job)? {
-        return run_replicate_edit(context, job, &params, model, client).await;
+        return run_replicate_edit(context, job, &params, model, &client).await;
     }
     let image_bytes = required_input(context, &params.inputs, "image").await?;
     let mask_bytes = input(context, &params.inputs, "mask").await?;

@@ -24,7 +24,7 @@ pub async fn run(
 ) -> Result<ToolOutput, ToolError> {
     let params: ImageParams = params_of(job)?;
     if let Some((model, client)) = upstream_client(context, job)? {
-        return run_upstream(context, job, &params, model, client).await;
+        return run_upstream(context, job, &params, model, &client).await;
     }
     let mut images = Vec::with_capacity(params.n as usize);
     for index in 0..params.n {

@@ -100,35 +100,27 @@ where
     .await
 }
 
-/// The `openai` client of a job's model (its first configured upstream), or
-/// `None` for models on the built-in provider.
+/// The OpenAI-wire client (`openai`, `azure-openai`) of a job's model (its
+/// first configured upstream), or `None` for models on other adapters.
 pub fn upstream_client<'a>(
     context: &'a WorkerContext,
     job: &Job,
 ) -> Result<
     Option<(
         &'a unigen_core::config::ModelEntry,
-        &'a unigen_providers::openai::OpenAiClient,
+        unigen_providers::openai::OpenAiClient,
     )>,
     ToolError,
 > {
     let model = context.catalogue.get(&job.model).ok_or_else(|| {
         ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
     })?;
-    if model.adapter != "openai" {
-        return Ok(None);
-    }
-    let client = model
-        .upstream
-        .as_ref()
-        .and_then(|name| context.upstreams.get(name))
-        .ok_or_else(|| {
-            ToolError::Provider(ProviderError::Permanent(format!(
-                "model {} has no upstream",
-                model.id
-            )))
-        })?;
-    Ok(Some((model, client)))
+    // Configuration is checked at startup: a model on such an adapter names
+    // a configured upstream.
+    Ok(context
+        .providers
+        .openai(model)
+        .map(|client| (model, client)))
 }
 
 /// Longest a Replicate prediction may run, and the largest output downloaded.
@@ -139,24 +131,14 @@ const REPLICATE_MAX_OUTPUT: usize = 512 * 1024 * 1024;
 pub fn replicate_client<'a>(
     context: &'a WorkerContext,
     job: &Job,
-) -> Result<Option<(&'a unigen_core::config::ModelEntry, &'a ReplicateClient)>, ToolError> {
+) -> Result<Option<(&'a unigen_core::config::ModelEntry, ReplicateClient)>, ToolError> {
     let model = context.catalogue.get(&job.model).ok_or_else(|| {
         ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
     })?;
-    if model.adapter != "replicate" {
-        return Ok(None);
-    }
-    let client = model
-        .upstream
-        .as_ref()
-        .and_then(|name| context.replicates.get(name))
-        .ok_or_else(|| {
-            ToolError::Provider(ProviderError::Permanent(format!(
-                "model {} has no upstream",
-                model.id
-            )))
-        })?;
-    Ok(Some((model, client)))
+    Ok(context
+        .providers
+        .replicate(model)
+        .map(|client| (model, client)))
 }
 
 /// Runs a prediction and downloads its first output file. The prediction

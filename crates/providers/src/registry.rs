@@ -1,0 +1,360 @@
+//! The adapters and what each serves, in one table, and the clients built
+//! for the configured models.
+//!
+//! A catalogue model names its `adapter` and its `upstream` (then its
+//! `fallback_upstreams`). Every network adapter is one module that builds
+//! its clients from an `[upstreams.*]` entry; [`ADAPTERS`] is the one place
+//! that lists them with the capabilities they serve. Configuration is
+//! checked against it ([`check_catalogue`]), and the API and the worker
+//! dispatch through [`Providers`].
+//!
+//! What an adapter implements is in [`crate::vendor`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use unigen_core::config::{ModelEntry, Settings, UpstreamSettings};
+
+use crate::anthropic::AnthropicClient;
+use crate::gemini::GeminiClient;
+use crate::openai::OpenAiClient;
+use crate::replicate::ReplicateClient;
+pub use crate::vendor::{Capability, ChatUpstream, ChunkStream, EmbeddingUpstream};
+
+/// The clients one adapter builds for one upstream.
+#[derive(Default, Clone)]
+pub struct Clients {
+    pub chat: Option<Arc<dyn ChatUpstream>>,
+    pub embeddings: Option<Arc<dyn EmbeddingUpstream>>,
+    /// OpenAI's media endpoints (images, speech, transcription).
+    pub openai: Option<OpenAiClient>,
+    pub replicate: Option<ReplicateClient>,
+}
+
+/// One adapter: its name in the catalogue, what it serves, and how its
+/// clients are built (`None`: it runs in-process, with no upstream).
+pub struct Adapter {
+    pub name: &'static str,
+    pub serves: &'static [Capability],
+    pub build: Option<fn(&UpstreamSettings) -> Clients>,
+    /// Chat: the completion length sent when neither the request nor the
+    /// model sets one, for vendors that require it.
+    pub default_max_tokens: Option<u32>,
+    /// Chat: the vendor answers one choice per request (`n` must be 1).
+    pub one_choice: bool,
+    /// Chat: the message content part types the vendor takes (`None`: any,
+    /// passed through).
+    pub content_parts: Option<&'static [&'static str]>,
+    /// Embeddings: the vendor takes cl100k token ids (OpenAI's); others are
+    /// sent the ids decoded to text (LangChain sends ids by default).
+    pub token_ids: bool,
+}
+
+use Capability::*;
+
+/// Every adapter this build has. Adding a vendor: its module, and a line here.
+pub const ADAPTERS: &[Adapter] = &[
+    Adapter {
+        name: "local",
+        serves: &[
+            Chat,
+            Embeddings,
+            ImageGeneration,
+            ImageEdit,
+            Video,
+            Speech,
+            Transcription,
+            Music,
+        ],
+        build: None,
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: None,
+        token_ids: true,
+    },
+    // Benchmarks of the job pipeline only: a constant output per shape.
+    Adapter {
+        name: "fixture",
+        serves: &[
+            ImageGeneration,
+            ImageEdit,
+            Video,
+            Speech,
+            Transcription,
+            Music,
+        ],
+        build: None,
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: None,
+        token_ids: false,
+    },
+    Adapter {
+        name: "openai",
+        serves: &[Chat, Embeddings, ImageGeneration, Speech, Transcription],
+        build: Some(|settings| openai_clients(OpenAiClient::new(settings))),
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: None,
+        token_ids: true,
+    },
+    Adapter {
+        name: "azure-openai",
+        serves: &[Chat, Embeddings, ImageGeneration, Speech, Transcription],
+        build: Some(|settings| openai_clients(OpenAiClient::azure(settings))),
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: None,
+        token_ids: true,
+    },
+    Adapter {
+        name: "anthropic",
+        serves: &[Chat],
+        build: Some(|settings| Clients {
+            chat: Some(Arc::new(AnthropicClient::new(settings))),
+            ..Clients::default()
+        }),
+        default_max_tokens: Some(crate::anthropic::DEFAULT_MAX_TOKENS),
+        one_choice: true,
+        content_parts: Some(&["text", "image_url"]),
+        token_ids: false,
+    },
+    Adapter {
+        name: "gemini",
+        serves: &[Chat, Embeddings],
+        build: Some(|settings| {
+            let client = Arc::new(GeminiClient::new(settings));
+            Clients {
+                chat: Some(client.clone()),
+                embeddings: Some(client),
+                ..Clients::default()
+            }
+        }),
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: Some(&["text", "image_url"]),
+        token_ids: false,
+    },
+    Adapter {
+        name: "replicate",
+        serves: &[ImageEdit, Video, Music],
+        build: Some(|settings| Clients {
+            replicate: Some(ReplicateClient::new(settings)),
+            ..Clients::default()
+        }),
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: None,
+        token_ids: false,
+    },
+];
+
+fn openai_clients(client: OpenAiClient) -> Clients {
+    let shared = Arc::new(client.clone());
+    Clients {
+        chat: Some(shared.clone()),
+        embeddings: Some(shared),
+        openai: Some(client),
+        replicate: None,
+    }
+}
+
+pub fn adapter(name: &str) -> Option<&'static Adapter> {
+    ADAPTERS.iter().find(|a| a.name == name)
+}
+
+/// Every model's adapter exists and serves what the model is for.
+pub fn check_catalogue(settings: &Settings) -> Result<(), String> {
+    for model in &settings.models {
+        let Some(adapter) = adapter(&model.adapter) else {
+            let names: Vec<&str> = ADAPTERS.iter().map(|a| a.name).collect();
+            return Err(format!(
+                "model `{}` uses adapter `{}`; available adapters: {}",
+                model.id,
+                model.adapter,
+                names.join(", ")
+            ));
+        };
+        if let Some(missing) = Capability::needed_by(model)
+            .into_iter()
+            .find(|c| !adapter.serves.contains(c))
+        {
+            return Err(format!(
+                "model `{}` is a {} model, but the {} adapter does not serve {}",
+                model.id,
+                model.category,
+                adapter.name,
+                missing.name()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The configured upstreams, and each (adapter, upstream) pair's clients,
+/// built on first use and kept for the process; cheap to clone.
+#[derive(Clone, Default)]
+pub struct Providers {
+    upstreams: Arc<BTreeMap<String, UpstreamSettings>>,
+    built: Arc<Mutex<HashMap<(String, String), Clients>>>,
+}
+
+impl Providers {
+    pub fn new(upstreams: &BTreeMap<String, UpstreamSettings>) -> Self {
+        Self {
+            upstreams: Arc::new(upstreams.clone()),
+            built: Arc::default(),
+        }
+    }
+
+    fn clients(&self, adapter_name: &str, upstream: &str) -> Option<Clients> {
+        let build = adapter(adapter_name)?.build?;
+        let settings = self.upstreams.get(upstream)?;
+        let mut built = self.built.lock().expect("providers lock");
+        let clients = built
+            .entry((adapter_name.to_owned(), upstream.to_owned()))
+            .or_insert_with(|| build(settings));
+        Some(clients.clone())
+    }
+
+    /// The model's upstreams in the order they are tried (see
+    /// [`upstream_order`]), with what `pick` takes from their clients.
+    pub fn in_order<T>(
+        &self,
+        model: &ModelEntry,
+        pick: impl Fn(&Clients) -> Option<T>,
+    ) -> Vec<(String, T)> {
+        upstream_order(model, random_unit())
+            .into_iter()
+            .filter_map(|name| {
+                let clients = self.clients(&model.adapter, &name)?;
+                let picked = pick(&clients)?;
+                Some((name, picked))
+            })
+            .collect()
+    }
+
+    pub fn chat(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn ChatUpstream>)> {
+        self.in_order(model, |c| c.chat.clone())
+    }
+
+    pub fn embeddings(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn EmbeddingUpstream>)> {
+        self.in_order(model, |c| c.embeddings.clone())
+    }
+
+    /// The OpenAI-wire client of the model's first upstream (media tools).
+    pub fn openai(&self, model: &ModelEntry) -> Option<OpenAiClient> {
+        self.in_order(model, |c| c.openai.clone())
+            .into_iter()
+            .next()
+            .map(|(_, client)| client)
+    }
+
+    pub fn replicate(&self, model: &ModelEntry) -> Option<ReplicateClient> {
+        self.in_order(model, |c| c.replicate.clone())
+            .into_iter()
+            .next()
+            .map(|(_, client)| client)
+    }
+
+    /// Whether the model's adapter serves `capability` from a network
+    /// upstream (not in-process).
+    pub fn serves_remotely(model: &ModelEntry, capability: Capability) -> bool {
+        adapter(&model.adapter).is_some_and(|a| a.build.is_some() && a.serves.contains(&capability))
+    }
+}
+
+/// The order a request tries the model's upstreams: with
+/// `upstream_weights`, the weighted ones drawn one after another by weight
+/// (`draw` in 0..1 picks the first; the rest follow by weight, heaviest
+/// first), then `upstream` and `fallback_upstreams` not tried yet.
+pub fn upstream_order(model: &ModelEntry, draw: f64) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    let total: u64 = model.upstream_weights.values().map(|w| u64::from(*w)).sum();
+    if total > 0 {
+        let mut point = draw.clamp(0.0, 1.0) * total as f64;
+        let first = model
+            .upstream_weights
+            .iter()
+            .find(|(_, weight)| {
+                point -= f64::from(**weight);
+                point < 0.0
+            })
+            .or_else(|| model.upstream_weights.iter().last())
+            .map(|(name, _)| name.clone());
+        order.extend(first);
+        let mut rest: Vec<(&String, &u32)> = model.upstream_weights.iter().collect();
+        rest.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        order.extend(rest.into_iter().map(|(name, _)| name.clone()));
+    }
+    order.extend(model.upstream.iter().cloned());
+    order.extend(model.fallback_upstreams.iter().cloned());
+    let mut seen = std::collections::HashSet::new();
+    order.retain(|name| seen.insert(name.clone()));
+    order
+}
+
+/// A uniform draw in 0..1 (only spreads traffic: no secret depends on it).
+fn random_unit() -> f64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        return 0.0;
+    }
+    (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use unigen_core::domain::ModelCategory;
+
+    #[test]
+    fn the_catalogue_is_checked_against_what_each_adapter_serves() {
+        let mut settings = Settings::load_with(None, &[]).unwrap();
+        assert_eq!(check_catalogue(&settings), Ok(()));
+        let chat = settings
+            .models
+            .iter()
+            .position(|m| m.category == ModelCategory::Chat)
+            .unwrap();
+        settings.models[chat].adapter = "replicate".into();
+        let message = check_catalogue(&settings).unwrap_err();
+        assert!(message.contains("does not serve chat"), "{message}");
+        settings.models[chat].adapter = "fixture".into();
+        let message = check_catalogue(&settings).unwrap_err();
+        assert!(
+            message.contains("fixture adapter does not serve chat"),
+            "{message}"
+        );
+        settings.models[chat].adapter = "nope".into();
+        let message = check_catalogue(&settings).unwrap_err();
+        assert!(
+            message.contains("anthropic") && message.contains("gemini"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn weighted_upstreams_split_traffic_and_the_rest_follow_as_fallbacks() {
+        let mut model = Settings::load_with(None, &[]).unwrap().models.remove(0);
+        model.upstream = Some("primary".into());
+        model.fallback_upstreams = vec!["backup".into(), "a".into()];
+        assert_eq!(upstream_order(&model, 0.5), ["primary", "backup", "a"]);
+        model.upstream_weights = [("a".to_owned(), 3), ("b".to_owned(), 1)].into();
+        // a covers draws 0..0.75, b 0.75..1.
+        assert_eq!(upstream_order(&model, 0.0), ["a", "b", "primary", "backup"]);
+        assert_eq!(
+            upstream_order(&model, 0.74),
+            ["a", "b", "primary", "backup"]
+        );
+        assert_eq!(
+            upstream_order(&model, 0.76),
+            ["b", "a", "primary", "backup"]
+        );
+        assert_eq!(upstream_order(&model, 1.0), ["b", "a", "primary", "backup"]);
+        let firsts = (0..4000)
+            .filter(|_| upstream_order(&model, random_unit())[0] == "a")
+            .count();
+        assert!((2700..3300).contains(&firsts), "{firsts} of 4000 went to a");
+    }
+}

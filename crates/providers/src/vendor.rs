@@ -1,0 +1,101 @@
+//! What a vendor adapter implements, per capability, and what it is asked
+//! to do. Chat and embeddings speak OpenAI's wire format on our side of the
+//! trait: an adapter for another vendor translates the request body, the
+//! answer and the stream chunks, so the chat endpoint, the agents' turns,
+//! metering and the SSE relay are the same for every vendor.
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use unigen_core::ProviderError;
+use unigen_core::config::ModelEntry;
+use unigen_core::domain::ModelCategory;
+
+/// A stream of chat completion chunks in OpenAI's shape
+/// (`chat.completion.chunk`); an error ends it.
+pub type ChunkStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Value, ProviderError>> + Send>>;
+
+/// Chat completions, in OpenAI's wire format on both sides of the call.
+pub trait ChatUpstream: Send + Sync {
+    /// A whole `chat.completion` for an OpenAI request body (its `model` is
+    /// the upstream's name for the model).
+    fn chat<'a>(&'a self, body: &'a Value) -> BoxFuture<'a, Result<Value, ProviderError>>;
+
+    /// The answer as chunks. Failures before the first chunk are retried;
+    /// dropping the stream cancels the upstream request.
+    fn chat_stream<'a>(
+        &'a self,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
+}
+
+/// Embeddings: `body` is an OpenAI embeddings request of `inputs` inputs.
+pub trait EmbeddingUpstream: Send + Sync {
+    fn embed(&self, body: Value, inputs: usize)
+    -> BoxFuture<'_, Result<Embeddings, ProviderError>>;
+}
+
+/// What a model may be asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capability {
+    Chat,
+    Embeddings,
+    ImageGeneration,
+    ImageEdit,
+    Video,
+    Speech,
+    Transcription,
+    Music,
+}
+
+impl Capability {
+    /// What a catalogue model is used for, from its category and capabilities.
+    pub fn needed_by(model: &ModelEntry) -> Vec<Capability> {
+        let has = |c: &str| model.capabilities.iter().any(|have| have == c);
+        match model.category {
+            ModelCategory::Chat => vec![Capability::Chat],
+            ModelCategory::Embedding => vec![Capability::Embeddings],
+            ModelCategory::Video => vec![Capability::Video],
+            ModelCategory::Music => vec![Capability::Music],
+            ModelCategory::Image => {
+                let mut needed = Vec::new();
+                if has("text_to_image") {
+                    needed.push(Capability::ImageGeneration);
+                }
+                if has("image_edit") {
+                    needed.push(Capability::ImageEdit);
+                }
+                needed
+            }
+            ModelCategory::Audio => {
+                let mut needed = Vec::new();
+                if has("text_to_speech") {
+                    needed.push(Capability::Speech);
+                }
+                if has("speech_to_text") {
+                    needed.push(Capability::Transcription);
+                }
+                needed
+            }
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::Chat => "chat",
+            Capability::Embeddings => "embeddings",
+            Capability::ImageGeneration => "image generation",
+            Capability::ImageEdit => "image edits",
+            Capability::Video => "video",
+            Capability::Speech => "text-to-speech",
+            Capability::Transcription => "speech-to-text",
+            Capability::Music => "music",
+        }
+    }
+}
+
+/// Vectors in input order, and the input tokens the upstream reported.
+pub struct Embeddings {
+    pub vectors: Vec<Vec<f32>>,
+    pub prompt_tokens: Option<u32>,
+}
