@@ -137,7 +137,7 @@ pub const ADAPTERS: &[Adapter] = &[
     },
     Adapter {
         name: "replicate",
-        serves: &[ImageEdit, Video, Music],
+        serves: &[ImageGeneration, ImageEdit, Video, Music],
         build: Some(|settings| Clients {
             replicate: Some(ReplicateClient::new(settings)),
             ..Clients::default()

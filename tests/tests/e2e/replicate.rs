@@ -182,3 +182,77 @@ async fn cancelling_a_job_cancels_its_replicate_prediction() {
     }
     assert_eq!(app.job(id).await["status"], "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_model_on_replicate_runs_one_prediction_per_image_and_stores_pngs() {
+    let server = MockServer::start().await;
+    let base = server.uri();
+    Mock::given(method("POST"))
+        .and(path("/v1/models/acme/painter/predictions"))
+        .respond_with(ResponseTemplate::new(201).set_body_json(json!({
+            "id": "img1", "status": "succeeded", "output": [format!("{base}/delivery/out.jpg")]
+        })))
+        .mount(&server)
+        .await;
+    // The model answers a JPEG; the stored output is a PNG of its size.
+    let mut jpeg = std::io::Cursor::new(Vec::new());
+    image::RgbImage::from_pixel(64, 48, image::Rgb([200, 40, 40]))
+        .write_to(&mut jpeg, image::ImageFormat::Jpeg)
+        .unwrap();
+    Mock::given(method("GET"))
+        .and(path("/delivery/out.jpg"))
+        .respond_with(ResponseTemplate::new(200).set_body_bytes(jpeg.into_inner()))
+        .mount(&server)
+        .await;
+    let url = server.uri();
+    let app = TestApp::spawn_with(TestOptions::default().configure(move |s| {
+        let settings: UpstreamSettings = serde_json::from_value(
+            json!({"base_url": format!("{url}/v1"), "api_key": "r8_secret", "timeout_seconds": 10}),
+        )
+        .unwrap();
+        s.upstreams.insert("replicate".into(), settings);
+        s.models.push(
+            serde_json::from_value(json!({
+                "id": "acme/painter", "category": "image", "tier": "standard", "adapter": "replicate",
+                "upstream": "replicate", "upstream_model": "acme/painter", "owned_by": "acme",
+                "capabilities": ["text_to_image"], "credits_per_unit": 2
+            }))
+            .unwrap(),
+        );
+    }))
+    .await;
+    let id = app
+        .submit_image_async(&json!({"model": "acme/painter", "prompt": "a fox", "n": 2, "seed": 7}))
+        .await;
+    let job = app.wait_for_job(&id, Duration::from_secs(60)).await;
+    assert_eq!(job["status"], "completed", "{job}");
+    let images = job["outputData"]["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2);
+    for image in images {
+        let png = fetch(&app, image["url"].as_str().unwrap()).await;
+        assert_eq!(image::guess_format(&png).unwrap(), image::ImageFormat::Png);
+        let decoded = image::load_from_memory(&png).unwrap();
+        assert_eq!((decoded.width(), decoded.height()), (64, 48));
+        assert_eq!(
+            (image["width"].as_u64(), image["height"].as_u64()),
+            (Some(64), Some(48))
+        );
+    }
+    let seeds: Vec<u64> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|r| r.method.as_str() == "POST")
+        .map(|r| {
+            serde_json::from_slice::<serde_json::Value>(&r.body).unwrap()["input"]["seed"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        seeds,
+        [7, 8],
+        "one prediction per image, each with its own seed"
+    );
+}

@@ -26,6 +26,27 @@ pub async fn run(
     if let Some((model, client)) = upstream_client(context, job)? {
         return run_upstream(context, job, &params, model, &client).await;
     }
+    if let Some((model, client)) = super::replicate_client(context, job)? {
+        let mut images = Vec::with_capacity(params.n as usize);
+        // One prediction per image (models differ in how many they return),
+        // each with its own seed so the images differ.
+        for index in 0..params.n {
+            let mut input = json!({
+                "prompt": params.prompt,
+                "width": params.width,
+                "height": params.height,
+                "seed": params.seed.wrapping_add(u64::from(index)),
+            });
+            if let Some(negative) = &params.negative_prompt {
+                input["negative_prompt"] = json!(negative);
+            }
+            images.push(super::run_replicate(model, &client, input, None).await?);
+            if index + 1 < params.n {
+                progress.report(((index + 1) * 100 / params.n) as i16).await;
+            }
+        }
+        return store_upstream_images(context, job, images).await;
+    }
     let mut images = Vec::with_capacity(params.n as usize);
     for index in 0..params.n {
         // Transient provider failures are retried inside the attempt.
@@ -70,24 +91,48 @@ async fn run_upstream(
     // Not every upstream knows `seed`; it is sent for those that do.
     body["seed"] = json!(params.seed);
     let images = client.generate_images(&body).await?;
+    store_upstream_images(context, job, images).await
+}
+
+/// Stores an upstream's images as PNG files (re-encoded when the upstream
+/// answered another format), each decoded within bounds first.
+async fn store_upstream_images(
+    context: &WorkerContext,
+    job: &Job,
+    images: Vec<Vec<u8>>,
+) -> Result<ToolOutput, ToolError> {
     let mut stored = Vec::with_capacity(images.len());
     for (index, bytes) in images.into_iter().enumerate() {
-        let (width, height) = unigen_core::images::decode_bounded(
-            &bytes,
-            UPSTREAM_MAX_SIDE,
-            4 * unigen_core::images::MAX_DECODE_ALLOC,
-        )
-        .map(|img| (img.width(), img.height()))
-        .map_err(|_| {
-            ToolError::Provider(unigen_core::ProviderError::Permanent(
-                "the upstream image could not be decoded".into(),
-            ))
-        })?;
-        let key = store_output(context, job, &format!("{index}.png"), bytes).await?;
+        let (png, width, height) = as_png(bytes)?;
+        let key = store_output(context, job, &format!("{index}.png"), png).await?;
         stored.push(json!({ "file": key, "width": width, "height": height }));
     }
     Ok(ToolOutput {
         actual_credits: job.estimated_credits,
         output: json!({ "images": stored }),
     })
+}
+
+/// The image as PNG bytes and its size.
+fn as_png(bytes: Vec<u8>) -> Result<(Vec<u8>, u32, u32), ToolError> {
+    let undecodable = || {
+        ToolError::Provider(unigen_core::ProviderError::Permanent(
+            "the upstream image could not be decoded".into(),
+        ))
+    };
+    let image = unigen_core::images::decode_bounded(
+        &bytes,
+        UPSTREAM_MAX_SIDE,
+        4 * unigen_core::images::MAX_DECODE_ALLOC,
+    )
+    .map_err(|_| undecodable())?;
+    let (width, height) = (image.width(), image.height());
+    if unigen_core::images::guessed_format(&bytes) == Some(image::ImageFormat::Png) {
+        return Ok((bytes, width, height));
+    }
+    let mut png = std::io::Cursor::new(Vec::new());
+    image
+        .write_to(&mut png, image::ImageFormat::Png)
+        .map_err(|_| undecodable())?;
+    Ok((png.into_inner(), width, height))
 }
