@@ -646,6 +646,7 @@ pub fn fake_chat_model(
         developer_as_system: false,
         max_output_tokens: None,
         upstream_weights: Default::default(),
+        voices: Default::default(),
         description: None,
     }
 }

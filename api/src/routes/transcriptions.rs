@@ -6,6 +6,7 @@ use unigen_core::audio::measure_duration;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::transcription::{Transcript, TranscriptionRequest, without_decoding};
 use unigen_core::{ProviderError, ValidationError};
+use unigen_providers::vendor::Capability;
 
 use super::generation::{self, Generation, Uploads};
 use super::multipart::{self, Body, Form, FormSpec};
@@ -167,6 +168,16 @@ pub(super) async fn transcribe(
         "speech_to_text",
     )?;
     let (mut params, media) = request.validate()?;
+    // Not every vendor translates (ElevenLabs' Scribe transcribes only).
+    let translates = unigen_providers::registry::adapter(&model.adapter)
+        .is_some_and(|a| a.serves.contains(&Capability::Translation));
+    if params.translation && !translates {
+        return Err(ValidationError::new(
+            "model",
+            format!("model {} transcribes only; it does not translate", model.id),
+        )
+        .into());
+    }
     if let Some(languages) = &model.languages
         && params.language != "auto"
         && !languages.contains(&params.language)

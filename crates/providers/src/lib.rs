@@ -4,7 +4,9 @@
 pub mod anthropic;
 pub mod chat;
 pub mod completion;
+pub mod elevenlabs;
 pub mod embedding;
+pub mod fal;
 pub mod fallback;
 pub mod gemini;
 mod http;

@@ -224,6 +224,7 @@ mod tests {
             developer_as_system: false,
             max_output_tokens: None,
             upstream_weights: Default::default(),
+            voices: Default::default(),
             description: None,
         }
     }

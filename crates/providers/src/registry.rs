@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use unigen_core::config::{ModelEntry, Settings, UpstreamSettings};
 
 use crate::anthropic::AnthropicClient;
+use crate::elevenlabs::ElevenLabsClient;
+use crate::fal::FalClient;
 use crate::gemini::GeminiClient;
 use crate::openai::OpenAiClient;
 use crate::replicate::ReplicateClient;
@@ -29,6 +31,8 @@ pub struct Clients {
     /// OpenAI's media endpoints (images, speech, transcription).
     pub openai: Option<OpenAiClient>,
     pub replicate: Option<ReplicateClient>,
+    pub elevenlabs: Option<ElevenLabsClient>,
+    pub fal: Option<FalClient>,
 }
 
 /// One adapter: its name in the catalogue, what it serves, and how its
@@ -64,6 +68,7 @@ pub const ADAPTERS: &[Adapter] = &[
             Video,
             Speech,
             Transcription,
+            Translation,
             Music,
         ],
         build: None,
@@ -91,7 +96,14 @@ pub const ADAPTERS: &[Adapter] = &[
     },
     Adapter {
         name: "openai",
-        serves: &[Chat, Embeddings, ImageGeneration, Speech, Transcription],
+        serves: &[
+            Chat,
+            Embeddings,
+            ImageGeneration,
+            Speech,
+            Transcription,
+            Translation,
+        ],
         build: Some(|settings| openai_clients(OpenAiClient::new(settings))),
         default_max_tokens: None,
         one_choice: false,
@@ -100,7 +112,14 @@ pub const ADAPTERS: &[Adapter] = &[
     },
     Adapter {
         name: "azure-openai",
-        serves: &[Chat, Embeddings, ImageGeneration, Speech, Transcription],
+        serves: &[
+            Chat,
+            Embeddings,
+            ImageGeneration,
+            Speech,
+            Transcription,
+            Translation,
+        ],
         build: Some(|settings| openai_clients(OpenAiClient::azure(settings))),
         default_max_tokens: None,
         one_choice: false,
@@ -120,6 +139,18 @@ pub const ADAPTERS: &[Adapter] = &[
         token_ids: false,
     },
     Adapter {
+        name: "fal",
+        serves: &[ImageGeneration, ImageEdit, Video, Music],
+        build: Some(|settings| Clients {
+            fal: Some(FalClient::new(settings)),
+            ..Clients::default()
+        }),
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: None,
+        token_ids: false,
+    },
+    Adapter {
         name: "gemini",
         serves: &[Chat, Embeddings],
         build: Some(|settings| {
@@ -133,6 +164,18 @@ pub const ADAPTERS: &[Adapter] = &[
         default_max_tokens: None,
         one_choice: false,
         content_parts: Some(&["text", "image_url"]),
+        token_ids: false,
+    },
+    Adapter {
+        name: "elevenlabs",
+        serves: &[Speech, Transcription],
+        build: Some(|settings| Clients {
+            elevenlabs: Some(ElevenLabsClient::new(settings)),
+            ..Clients::default()
+        }),
+        default_max_tokens: None,
+        one_choice: false,
+        content_parts: None,
         token_ids: false,
     },
     Adapter {
@@ -155,7 +198,7 @@ fn openai_clients(client: OpenAiClient) -> Clients {
         chat: Some(shared.clone()),
         embeddings: Some(shared),
         openai: Some(client),
-        replicate: None,
+        ..Clients::default()
     }
 }
 
@@ -245,6 +288,20 @@ impl Providers {
     /// The OpenAI-wire client of the model's first upstream (media tools).
     pub fn openai(&self, model: &ModelEntry) -> Option<OpenAiClient> {
         self.in_order(model, |c| c.openai.clone())
+            .into_iter()
+            .next()
+            .map(|(_, client)| client)
+    }
+
+    pub fn elevenlabs(&self, model: &ModelEntry) -> Option<ElevenLabsClient> {
+        self.in_order(model, |c| c.elevenlabs.clone())
+            .into_iter()
+            .next()
+            .map(|(_, client)| client)
+    }
+
+    pub fn fal(&self, model: &ModelEntry) -> Option<FalClient> {
+        self.in_order(model, |c| c.fal.clone())
             .into_iter()
             .next()
             .map(|(_, client)| client)

@@ -45,6 +45,8 @@ pub enum Capability {
     Video,
     Speech,
     Transcription,
+    /// Speech in any language to English text (`/audio/translations`).
+    Translation,
     Music,
 }
 
@@ -89,6 +91,7 @@ impl Capability {
             Capability::Video => "video",
             Capability::Speech => "text-to-speech",
             Capability::Transcription => "speech-to-text",
+            Capability::Translation => "translation",
             Capability::Music => "music",
         }
     }

@@ -73,8 +73,8 @@ pub async fn run(
         ToolError::InvalidParams(format!("unknown operation {}", params.operation))
     })?;
     super::retry_transient(|| context.local.simulate_conditions()).await?;
-    if let Some((model, client)) = super::replicate_client(context, job)? {
-        return run_replicate_edit(context, job, &params, model, &client).await;
+    if let Some((model, client)) = super::media_client(context, job)? {
+        return run_upstream_edit(context, job, &params, model, &client).await;
     }
     let image_bytes = required_input(context, &params.inputs, "image").await?;
     let mask_bytes = input(context, &params.inputs, "mask").await?;
@@ -133,13 +133,13 @@ fn edit_mask(mask: &image::DynamicImage, from_alpha: bool) -> image::GrayImage {
     mask.to_luma8()
 }
 
-/// The edit on a Replicate model: the parameters as the prediction input.
-async fn run_replicate_edit(
+/// The edit on a Replicate or fal model: the parameters as the input.
+async fn run_upstream_edit(
     context: &WorkerContext,
     job: &Job,
     params: &EditParams,
     model: &unigen_core::config::ModelEntry,
-    client: &unigen_providers::replicate::ReplicateClient,
+    client: &super::MediaClient,
 ) -> Result<ToolOutput, ToolError> {
     let mut body = json!({
         "operation": params.operation, "prompt": params.prompt, "strength": params.strength, "seed": params.seed,
@@ -151,7 +151,9 @@ async fn run_replicate_edit(
             body[field] = json!(uri);
         }
     }
-    let bytes = super::run_replicate(model, client, body, params.model_inputs.as_ref()).await?;
+    let bytes = client
+        .run(model, body, params.model_inputs.as_ref())
+        .await?;
     let format = image::guess_format(&bytes).map_err(|_| undecodable("upstream result"))?;
     let decoded = unigen_core::images::decode_bounded(
         &bytes,

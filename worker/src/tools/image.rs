@@ -26,21 +26,34 @@ pub async fn run(
     if let Some((model, client)) = upstream_client(context, job)? {
         return run_upstream(context, job, &params, model, &client).await;
     }
-    if let Some((model, client)) = super::replicate_client(context, job)? {
+    if let Some((model, client)) = super::media_client(context, job)? {
+        let fal = matches!(client, super::MediaClient::Fal(_));
         let mut images = Vec::with_capacity(params.n as usize);
         // One prediction per image (models differ in how many they return),
         // each with its own seed so the images differ.
         for index in 0..params.n {
-            let mut input = json!({
-                "prompt": params.prompt,
-                "width": params.width,
-                "height": params.height,
-                "seed": params.seed.wrapping_add(u64::from(index)),
-            });
+            let seed = params.seed.wrapping_add(u64::from(index));
+            // fal's image apps take a size object and a count; Replicate's
+            // models width and height.
+            let mut input = if fal {
+                json!({
+                    "prompt": params.prompt,
+                    "image_size": {"width": params.width, "height": params.height},
+                    "num_images": 1,
+                    "seed": seed,
+                })
+            } else {
+                json!({
+                    "prompt": params.prompt,
+                    "width": params.width,
+                    "height": params.height,
+                    "seed": seed,
+                })
+            };
             if let Some(negative) = &params.negative_prompt {
                 input["negative_prompt"] = json!(negative);
             }
-            images.push(super::run_replicate(model, &client, input, None).await?);
+            images.push(client.run(model, input, None).await?);
             if index + 1 < params.n {
                 progress.report(((index + 1) * 100 / params.n) as i16).await;
             }

@@ -25,7 +25,7 @@ pub async fn run(
     } else {
         AudioFormat::Mp3
     };
-    if let Some((model, client)) = super::replicate_client(context, job)? {
+    if let Some((model, client)) = super::media_client(context, job)? {
         let mut body = json!({
             "prompt": params.prompt, "duration": params.duration_seconds, "seed": params.seed,
             "output_format": params.output_format,
@@ -37,8 +37,9 @@ pub async fn run(
             body["input_audio"] = json!(uri);
         }
         progress.report(10).await;
-        let bytes =
-            super::run_replicate(model, &client, body, params.model_inputs.as_ref()).await?;
+        let bytes = client
+            .run(model, body, params.model_inputs.as_ref())
+            .await?;
         let seconds = audio::probe_duration(&bytes).await?;
         let key = store_output(
             context,

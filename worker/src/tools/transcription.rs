@@ -1,9 +1,10 @@
 //! Speech to text through the model's `openai` upstream (the Whisper sidecar
-//! by default).
+//! by default) or its `elevenlabs` one.
 
 use unigen_core::ProviderError;
-use unigen_core::params::transcription::TranscriptionParams;
+use unigen_core::params::transcription::{Transcript, TranscriptionParams};
 use unigen_db::models::Job;
+use unigen_providers::elevenlabs::TranscribeRequest;
 use unigen_providers::openai::TranscribeOptions;
 
 use super::{params_of, required_input};
@@ -18,19 +19,34 @@ pub async fn run(
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
     let params: TranscriptionParams = params_of(job)?;
+    if let Some(model) = context.catalogue.get(&job.model)
+        && let Some(client) = context.providers.elevenlabs(model)
+    {
+        // The API refuses translations for this adapter; an old job fails.
+        if params.translation {
+            return Err(ToolError::InvalidParams(format!(
+                "model {} transcribes only; it does not translate",
+                model.id
+            )));
+        }
+        let (audio, filename) = audio_of(context, &params).await?;
+        progress.report(10).await;
+        let request = TranscribeRequest {
+            model_id: model.upstream_model.as_deref().unwrap_or(&model.id),
+            language: (params.language != "auto").then_some(params.language.as_str()),
+            diarize: params.diarization,
+            words: params.wants_words(),
+        };
+        let transcript = client.transcribe(audio, &filename, &request).await?;
+        return priced(model, &transcript);
+    }
     let (model, client) = super::upstream_client(context, job)?.ok_or_else(|| {
         ToolError::Provider(ProviderError::Permanent(format!(
             "model {} has no transcription upstream",
             job.model
         )))
     })?;
-    let file = params
-        .inputs
-        .get("file")
-        .map(|f| f.file.clone())
-        .unwrap_or_default();
-    let extension = file.rsplit('.').next().unwrap_or("wav").to_owned();
-    let audio = required_input(context, &params.inputs, "file").await?;
+    let (audio, filename) = audio_of(context, &params).await?;
     progress.report(10).await;
     let options = TranscribeOptions {
         model: model.upstream_model.as_deref().unwrap_or(&model.id),
@@ -41,12 +57,33 @@ pub async fn run(
         prompt: params.prompt.as_deref(),
         temperature: params.temperature,
     };
-    let transcript = client
-        .transcribe(audio, &format!("audio.{extension}"), &options)
-        .await?;
+    let transcript = client.transcribe(audio, &filename, &options).await?;
+    priced(model, &transcript)
+}
+
+/// The stored audio and a file name with its extension.
+async fn audio_of(
+    context: &WorkerContext,
+    params: &TranscriptionParams,
+) -> Result<(Vec<u8>, String), ToolError> {
+    let file = params
+        .inputs
+        .get("file")
+        .map(|f| f.file.clone())
+        .unwrap_or_default();
+    let extension = file.rsplit('.').next().unwrap_or("wav").to_owned();
+    let audio = required_input(context, &params.inputs, "file").await?;
+    Ok((audio, format!("audio.{extension}")))
+}
+
+/// The transcript as the job's output, priced per started minute.
+fn priced(
+    model: &unigen_core::config::ModelEntry,
+    transcript: &Transcript,
+) -> Result<ToolOutput, ToolError> {
     let minutes = (transcript.duration / 60.0).ceil().max(1.0) as i64;
     Ok(ToolOutput {
-        output: serde_json::to_value(&transcript)
+        output: serde_json::to_value(transcript)
             .map_err(|e| ToolError::InvalidParams(e.to_string()))?,
         actual_credits: model.credits_per_unit * minutes,
     })

@@ -23,7 +23,7 @@ pub async fn run(
         video::dimensions(&params.resolution, &params.aspect_ratio).ok_or_else(|| {
             ToolError::InvalidParams(format!("{} at {}", params.resolution, params.aspect_ratio))
         })?;
-    if let Some((model, client)) = super::replicate_client(context, job)? {
+    if let Some((model, client)) = super::media_client(context, job)? {
         let mut body = serde_json::json!({
             "prompt": params.prompt, "duration": params.duration_seconds, "resolution": params.resolution,
             "aspect_ratio": params.aspect_ratio, "fps": params.fps, "seed": params.seed,
@@ -38,7 +38,7 @@ pub async fn run(
             }
         }
         progress.report(10).await;
-        let bytes = super::run_replicate(model, &client, body, None).await?;
+        let bytes = client.run(model, body, None).await?;
         let seconds = unigen_core::audio::probe_duration(&bytes).await?;
         let key = store_output(context, job, "video.mp4", bytes).await?;
         return Ok(ToolOutput {

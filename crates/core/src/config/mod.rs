@@ -465,6 +465,11 @@ pub struct ModelEntry {
     /// if it fails).
     #[serde(default)]
     pub upstream_weights: std::collections::BTreeMap<String, u32>,
+    /// Text to speech: the voice names clients may use (OpenAI's `alloy`,
+    /// `nova`...) and the vendor's voice id each stands for; other names
+    /// are sent as they are.
+    #[serde(default)]
+    pub voices: std::collections::BTreeMap<String, String>,
     /// Other names requests may use for this model (OpenAI's model names,
     /// so unchanged client code runs).
     #[serde(default)]
