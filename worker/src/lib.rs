@@ -53,8 +53,6 @@ pub(crate) struct WorkerContext {
     pub finisher: finish::Finisher,
     /// Outputs reused by models on the `fixture` adapter (benchmarks only).
     pub fixtures: tools::fixture::Fixtures,
-    /// Voices cloned at vendors, per organization and sample.
-    pub cloned_voices: tools::speech::ClonedVoices,
 }
 
 /// What a worker consumes: job queues of public tools and, when `knowledge`
@@ -141,7 +139,6 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         claimer,
         finisher,
         fixtures: tools::fixture::Fixtures::new(&settings),
-        cloned_voices: tools::speech::ClonedVoices::default(),
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
     // Bound to a name: the endpoint stops when `run` ends or is dropped.

@@ -17,7 +17,12 @@
 //! with ElevenLabs' short message (200 characters at most, any configured
 //! key in it blanked out); bodies and keys never reach an error.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use sha2::{Digest, Sha256};
+use unigen_core::audio::{self, AudioFormat};
 
 use reqwest::multipart::{Form, Part};
 use serde::Deserialize;
@@ -28,6 +33,7 @@ use unigen_core::params::transcription::{Segment, Transcript, Word};
 
 use crate::http::{self, Attempt, connection_failure, with_retries};
 use crate::upstream::{Auth, Upstream};
+use crate::vendor::{SpeechCall, SpeechUpstream, TranscribeOptions, TranscriptionUpstream};
 
 /// The longest upstream message an error keeps.
 const MAX_MESSAGE_CHARS: usize = 200;
@@ -45,7 +51,13 @@ pub struct ElevenLabsClient {
     upstream: Upstream,
     /// The configured keys, only to blank them out of upstream messages.
     keys: Arc<[String]>,
+    /// Voices cloned through this client, by (tenant, catalogue model,
+    /// SHA-256 of the sample): a sample is cloned once per process.
+    cloned: Arc<tokio::sync::Mutex<HashMap<CloneKey, String>>>,
 }
+
+/// Tenant, catalogue model, SHA-256 of the sample.
+type CloneKey = (String, String, [u8; 32]);
 
 /// One text-to-speech call.
 pub struct SpeechRequest<'a> {
@@ -71,9 +83,43 @@ pub struct TranscribeRequest<'a> {
     pub words: bool,
 }
 
+impl SpeechUpstream for ElevenLabsClient {
+    fn speak<'a>(
+        &'a self,
+        call: &'a SpeechCall<'a>,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ProviderError>> {
+        Box::pin(self.speak_call(call))
+    }
+}
+
+impl TranscriptionUpstream for ElevenLabsClient {
+    /// Scribe: words, speakers; no translation, prompt or temperature.
+    fn transcribe<'a>(
+        &'a self,
+        audio: Vec<u8>,
+        filename: &'a str,
+        options: &'a TranscribeOptions<'a>,
+    ) -> BoxFuture<'a, Result<Transcript, ProviderError>> {
+        Box::pin(async move {
+            if options.translate {
+                return Err(ProviderError::Permanent(
+                    "this model transcribes only; it does not translate".into(),
+                ));
+            }
+            let request = TranscribeRequest {
+                model_id: options.model,
+                language: options.language,
+                diarize: options.diarization,
+                words: options.words,
+            };
+            ElevenLabsClient::transcribe(self, audio, filename, &request).await
+        })
+    }
+}
+
 /// ElevenLabs' `output_format` for one of our audio formats. Our `pcm` is
 /// raw 24 kHz 16-bit mono. `wav`, `aac` and `flac` have none: the caller
-/// converts from `pcm` or `mp3` itself.
+/// converts from `pcm` (see [`SpeechUpstream`]'s implementation).
 pub fn output_format(ours: &str) -> Option<&'static str> {
     match ours.to_ascii_lowercase().as_str() {
         "mp3" => Some("mp3_44100_128"),
@@ -141,7 +187,75 @@ impl ElevenLabsClient {
         Self {
             upstream: Upstream::new(settings, Auth::Header("xi-api-key"), &[]),
             keys: settings.keys().into(),
+            cloned: Arc::default(),
         }
+    }
+
+    /// The voice cloned from `sample` for `tenant`, created on first use.
+    async fn cloned_voice(
+        &self,
+        tenant: &str,
+        model: &str,
+        sample: &[u8],
+        extension: &str,
+    ) -> Result<String, ProviderError> {
+        let digest: [u8; 32] = Sha256::digest(sample).into();
+        let key = (tenant.to_owned(), model.to_owned(), digest);
+        // Held while cloning: two requests with one sample create one voice.
+        let mut cloned = self.cloned.lock().await;
+        if let Some(id) = cloned.get(&key) {
+            return Ok(id.clone());
+        }
+        let name = format!("unigen-{tenant}-{}", &hex::encode(digest)[..12]);
+        let id = self
+            .add_voice(&name, sample.to_vec(), &format!("sample.{extension}"))
+            .await?;
+        cloned.insert(key, id.clone());
+        Ok(id)
+    }
+
+    /// A speech request: the model's `voices` name the voice (others are
+    /// sent as voice ids), or a clone of the reference sample; formats
+    /// ElevenLabs does not produce are made from its 24 kHz PCM.
+    async fn speak_call(&self, call: &SpeechCall<'_>) -> Result<Vec<u8>, ProviderError> {
+        let model_id = call
+            .model
+            .upstream_model
+            .as_deref()
+            .unwrap_or(&call.model.id);
+        let voice_id = match call.reference {
+            Some((sample, extension)) => {
+                self.cloned_voice(call.tenant, &call.model.id, sample, extension)
+                    .await?
+            }
+            None => call
+                .model
+                .voices
+                .get(call.voice)
+                .cloned()
+                .unwrap_or_else(|| call.voice.to_owned()),
+        };
+        let native = output_format(call.response_format);
+        let bytes = self
+            .speech(&SpeechRequest {
+                voice_id: &voice_id,
+                model_id,
+                text: call.text,
+                output_format: native.unwrap_or("pcm_24000"),
+                speed: (call.speed != 1.0).then_some(call.speed),
+            })
+            .await?;
+        if native.is_some() {
+            return Ok(bytes);
+        }
+        let format = AudioFormat::from_name(call.response_format).ok_or_else(|| {
+            ProviderError::Permanent(format!("unknown audio format {}", call.response_format))
+        })?;
+        let samples: Vec<f32> = bytes
+            .chunks_exact(2)
+            .map(|pair| f32::from(i16::from_le_bytes([pair[0], pair[1]])) / 32768.0)
+            .collect();
+        audio::convert_wav(audio::encode_wav(&samples, 24_000), format).await
     }
 
     /// `POST {base}/v1/text-to-speech/{voice_id}?output_format=...`: the

@@ -85,17 +85,7 @@ impl VerboseSegment {
     }
 }
 
-/// Options of one transcription call.
-pub struct TranscribeOptions<'a> {
-    pub model: &'a str,
-    pub language: Option<&'a str>,
-    pub words: bool,
-    pub diarization: bool,
-    pub translate: bool,
-    /// Text guiding the style or vocabulary.
-    pub prompt: Option<&'a str>,
-    pub temperature: Option<f64>,
-}
+pub use crate::vendor::TranscribeOptions;
 
 impl OpenAiClient {
     pub fn new(settings: &UpstreamSettings) -> Self {
@@ -329,6 +319,35 @@ impl crate::vendor::ChatUpstream for OpenAiClient {
         body: &'a serde_json::Value,
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(OpenAiClient::chat_stream(self, body))
+    }
+}
+
+impl crate::vendor::TranscriptionUpstream for OpenAiClient {
+    fn transcribe<'a>(
+        &'a self,
+        audio: Vec<u8>,
+        filename: &'a str,
+        options: &'a TranscribeOptions<'a>,
+    ) -> BoxFuture<'a, Result<Transcript, ProviderError>> {
+        Box::pin(OpenAiClient::transcribe(self, audio, filename, options))
+    }
+}
+
+impl crate::vendor::SpeechUpstream for OpenAiClient {
+    /// `POST {base}/audio/speech`; a reference sample is not used (OpenAI's
+    /// speech has no voice cloning).
+    fn speak<'a>(
+        &'a self,
+        call: &'a crate::vendor::SpeechCall<'a>,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ProviderError>> {
+        let body = serde_json::json!({
+            "model": call.model.upstream_model.as_deref().unwrap_or(&call.model.id),
+            "input": call.text,
+            "voice": call.voice,
+            "speed": call.speed,
+            "response_format": call.response_format,
+        });
+        Box::pin(async move { self.speech(&body).await })
     }
 }
 

@@ -21,7 +21,9 @@ use crate::fal::FalClient;
 use crate::gemini::GeminiClient;
 use crate::openai::OpenAiClient;
 use crate::replicate::ReplicateClient;
-pub use crate::vendor::{Capability, ChatUpstream, ChunkStream, EmbeddingUpstream};
+pub use crate::vendor::{
+    Capability, ChatUpstream, ChunkStream, EmbeddingUpstream, SpeechUpstream, TranscriptionUpstream,
+};
 
 /// The clients one adapter builds for one upstream.
 #[derive(Default, Clone)]
@@ -31,7 +33,8 @@ pub struct Clients {
     /// OpenAI's media endpoints (images, speech, transcription).
     pub openai: Option<OpenAiClient>,
     pub replicate: Option<ReplicateClient>,
-    pub elevenlabs: Option<ElevenLabsClient>,
+    pub speech: Option<Arc<dyn SpeechUpstream>>,
+    pub transcription: Option<Arc<dyn TranscriptionUpstream>>,
     pub fal: Option<FalClient>,
 }
 
@@ -169,9 +172,13 @@ pub const ADAPTERS: &[Adapter] = &[
     Adapter {
         name: "elevenlabs",
         serves: &[Speech, Transcription],
-        build: Some(|settings| Clients {
-            elevenlabs: Some(ElevenLabsClient::new(settings)),
-            ..Clients::default()
+        build: Some(|settings| {
+            let client = Arc::new(ElevenLabsClient::new(settings));
+            Clients {
+                speech: Some(client.clone()),
+                transcription: Some(client),
+                ..Clients::default()
+            }
         }),
         default_max_tokens: None,
         one_choice: false,
@@ -196,7 +203,9 @@ fn openai_clients(client: OpenAiClient) -> Clients {
     let shared = Arc::new(client.clone());
     Clients {
         chat: Some(shared.clone()),
-        embeddings: Some(shared),
+        embeddings: Some(shared.clone()),
+        speech: Some(shared.clone()),
+        transcription: Some(shared),
         openai: Some(client),
         ..Clients::default()
     }
@@ -293,8 +302,16 @@ impl Providers {
             .map(|(_, client)| client)
     }
 
-    pub fn elevenlabs(&self, model: &ModelEntry) -> Option<ElevenLabsClient> {
-        self.in_order(model, |c| c.elevenlabs.clone())
+    /// The first upstream's, as for every job tool (no fallbacks there).
+    pub fn speech(&self, model: &ModelEntry) -> Option<Arc<dyn SpeechUpstream>> {
+        self.in_order(model, |c| c.speech.clone())
+            .into_iter()
+            .next()
+            .map(|(_, client)| client)
+    }
+
+    pub fn transcription(&self, model: &ModelEntry) -> Option<Arc<dyn TranscriptionUpstream>> {
+        self.in_order(model, |c| c.transcription.clone())
             .into_iter()
             .next()
             .map(|(_, client)| client)

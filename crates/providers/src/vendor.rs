@@ -9,6 +9,7 @@ use serde_json::Value;
 use unigen_core::ProviderError;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
+use unigen_core::params::transcription::Transcript;
 
 /// A stream of chat completion chunks in OpenAI's shape
 /// (`chat.completion.chunk`); an error ends it.
@@ -33,6 +34,50 @@ pub trait ChatUpstream: Send + Sync {
 pub trait EmbeddingUpstream: Send + Sync {
     fn embed(&self, body: Value, inputs: usize)
     -> BoxFuture<'_, Result<Embeddings, ProviderError>>;
+}
+
+/// Options of one transcription call.
+pub struct TranscribeOptions<'a> {
+    pub model: &'a str,
+    pub language: Option<&'a str>,
+    pub words: bool,
+    pub diarization: bool,
+    pub translate: bool,
+    /// Text guiding the style or vocabulary.
+    pub prompt: Option<&'a str>,
+    pub temperature: Option<f64>,
+}
+
+/// Speech to text: our transcript of `audio` (a file named `filename`).
+pub trait TranscriptionUpstream: Send + Sync {
+    fn transcribe<'a>(
+        &'a self,
+        audio: Vec<u8>,
+        filename: &'a str,
+        options: &'a TranscribeOptions<'a>,
+    ) -> BoxFuture<'a, Result<Transcript, ProviderError>>;
+}
+
+/// One text-to-speech request.
+pub struct SpeechCall<'a> {
+    pub model: &'a ModelEntry,
+    /// Whose request it is: a cloned voice belongs to one organization.
+    pub tenant: &'a str,
+    pub text: &'a str,
+    pub voice: &'a str,
+    pub speed: f64,
+    /// Our format name (`mp3`, `opus`, `aac`, `flac`, `wav`, `pcm`).
+    pub response_format: &'a str,
+    /// A sample to speak like (voice cloning) and its file extension.
+    pub reference: Option<(&'a [u8], &'a str)>,
+}
+
+/// Text to speech: the audio in `response_format`.
+pub trait SpeechUpstream: Send + Sync {
+    fn speak<'a>(
+        &'a self,
+        call: &'a SpeechCall<'a>,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ProviderError>>;
 }
 
 /// What a model may be asked to do.

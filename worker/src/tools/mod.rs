@@ -101,6 +101,16 @@ where
     .await
 }
 
+/// The job's catalogue model.
+pub fn configured_model<'a>(
+    context: &'a WorkerContext,
+    job: &Job,
+) -> Result<&'a unigen_core::config::ModelEntry, ToolError> {
+    context.catalogue.get(&job.model).ok_or_else(|| {
+        ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
+    })
+}
+
 /// The OpenAI-wire client (`openai`, `azure-openai`) of a job's model (its
 /// first configured upstream), or `None` for models on other adapters.
 pub fn upstream_client<'a>(

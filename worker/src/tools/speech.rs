@@ -1,19 +1,14 @@
-//! Text to speech: the model's `openai` or `elevenlabs` upstream, or
+//! Text to speech: the model's upstream (any adapter serving speech), or
 //! espeak-ng (the built-in `local` model).
 
-use std::collections::HashMap;
-
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use unigen_core::audio;
 use unigen_core::audio::AudioFormat;
-use unigen_core::config::ModelEntry;
 use unigen_core::params::speech::SpeechParams;
 use unigen_db::models::Job;
-use unigen_providers::elevenlabs::{self, ElevenLabsClient, SpeechRequest};
+use unigen_providers::vendor::SpeechCall;
 use unigen_render::speech;
 use unigen_render::speech::SpeechSpec;
-use uuid::Uuid;
 
 use super::{params_of, store_output};
 use crate::WorkerContext;
@@ -33,22 +28,24 @@ pub async fn run(
 ) -> Result<ToolOutput, ToolError> {
     let params: SpeechParams = params_of(job)?;
     let format = format(&params.response_format);
-    if let Some((model, client)) = super::upstream_client(context, job)? {
-        let body = json!({
-            "model": model.upstream_model.as_deref().unwrap_or(&model.id),
-            "input": params.input,
-            "voice": params.voice,
-            "speed": params.speed,
-            "response_format": params.response_format,
-        });
-        let bytes = client.speech(&body).await?;
-        let duration = audio::duration_in(&bytes, format).await?;
-        return finish(context, job, &params, format, bytes, duration).await;
-    }
-    if let Some(model) = context.catalogue.get(&job.model)
-        && let Some(client) = context.providers.elevenlabs(model)
-    {
-        let bytes = elevenlabs_speech(context, job, &params, model, &client, format).await?;
+    let model = super::configured_model(context, job)?;
+    if let Some(client) = context.providers.speech(model) {
+        let reference = super::input(context, &params.inputs, "reference_audio").await?;
+        let extension = reference_extension(&params);
+        let tenant = job.org_id.to_string();
+        let bytes = client
+            .speak(&SpeechCall {
+                model,
+                tenant: &tenant,
+                text: &params.input,
+                voice: &params.voice,
+                speed: params.speed,
+                response_format: &params.response_format,
+                reference: reference
+                    .as_deref()
+                    .map(|sample| (sample, extension.as_str())),
+            })
+            .await?;
         let duration = audio::duration_in(&bytes, format).await?;
         return finish(context, job, &params, format, bytes, duration).await;
     }
@@ -73,92 +70,17 @@ pub async fn run(
     .await
 }
 
-/// Voice ids cloned at a vendor, by (organization, upstream model, SHA-256
-/// of the sample): a sample is cloned once per process, then reused.
-#[derive(Default)]
-pub struct ClonedVoices {
-    ids: tokio::sync::Mutex<HashMap<CloneKey, String>>,
-}
-
-/// Organization, catalogue model, SHA-256 of the sample.
-type CloneKey = (Uuid, String, [u8; 32]);
-
-/// ElevenLabs: the request's voice (through the model's `voices` names), or
-/// a clone of its `reference_audio`; formats ElevenLabs does not produce
-/// are made from its 24 kHz PCM.
-async fn elevenlabs_speech(
-    context: &WorkerContext,
-    job: &Job,
-    params: &SpeechParams,
-    model: &ModelEntry,
-    client: &ElevenLabsClient,
-    format: AudioFormat,
-) -> Result<Vec<u8>, ToolError> {
-    let voice_id = match super::input(context, &params.inputs, "reference_audio").await? {
-        Some(sample) => {
-            let filename = params
-                .inputs
-                .get("reference_audio")
-                .map_or_else(|| "sample.wav".to_owned(), |stored| stored.file.clone());
-            // Only a plain extension names the sample's format to the vendor.
-            let extension = filename
-                .rsplit_once('.')
-                .map(|(_, ext)| ext)
-                .filter(|ext| {
-                    (1..=5).contains(&ext.len()) && ext.bytes().all(|b| b.is_ascii_alphanumeric())
-                })
-                .unwrap_or("wav")
-                .to_owned();
-            cloned_voice(context, job, client, sample, &extension).await?
-        }
-        None => model
-            .voices
-            .get(&params.voice)
-            .cloned()
-            .unwrap_or_else(|| params.voice.clone()),
-    };
-    let native = elevenlabs::output_format(format.extension());
-    let bytes = client
-        .speech(&SpeechRequest {
-            voice_id: &voice_id,
-            model_id: model.upstream_model.as_deref().unwrap_or(&model.id),
-            text: &params.input,
-            output_format: native.unwrap_or("pcm_24000"),
-            speed: (params.speed != 1.0).then_some(params.speed),
+/// The reference sample's file extension, when it is a plain one (it only
+/// names the sample's format to the vendor).
+fn reference_extension(params: &SpeechParams) -> String {
+    params
+        .inputs
+        .get("reference_audio")
+        .and_then(|stored| stored.file.rsplit_once('.').map(|(_, ext)| ext.to_owned()))
+        .filter(|ext| {
+            (1..=5).contains(&ext.len()) && ext.bytes().all(|b| b.is_ascii_alphanumeric())
         })
-        .await?;
-    if native.is_some() {
-        return Ok(bytes);
-    }
-    let samples: Vec<f32> = bytes
-        .chunks_exact(2)
-        .map(|pair| f32::from(i16::from_le_bytes([pair[0], pair[1]])) / 32768.0)
-        .collect();
-    Ok(audio::convert_wav(audio::encode_wav(&samples, 24_000), format).await?)
-}
-
-/// The vendor's voice cloned from `sample` for the job's organization,
-/// created on first use.
-async fn cloned_voice(
-    context: &WorkerContext,
-    job: &Job,
-    client: &ElevenLabsClient,
-    sample: Vec<u8>,
-    extension: &str,
-) -> Result<String, ToolError> {
-    let digest: [u8; 32] = Sha256::digest(&sample).into();
-    let key = (job.org_id, job.model.clone(), digest);
-    // Held while cloning: two jobs with one sample create one voice.
-    let mut ids = context.cloned_voices.ids.lock().await;
-    if let Some(id) = ids.get(&key) {
-        return Ok(id.clone());
-    }
-    let name = format!("unigen-{}-{}", job.org_id, &hex::encode(digest)[..12]);
-    let id = client
-        .add_voice(&name, sample, &format!("sample.{extension}"))
-        .await?;
-    ids.insert(key, id.clone());
-    Ok(id)
+        .unwrap_or_else(|| "wav".to_owned())
 }
 
 /// Stores the audio; speech is priced per started 1,000 characters.

@@ -1,11 +1,10 @@
-//! Speech to text through the model's `openai` upstream (the Whisper sidecar
-//! by default) or its `elevenlabs` one.
+//! Speech to text through the model's upstream (any adapter serving it: the
+//! Whisper sidecar on the `openai` adapter by default, ElevenLabs' Scribe).
 
 use unigen_core::ProviderError;
 use unigen_core::params::transcription::{Transcript, TranscriptionParams};
 use unigen_db::models::Job;
-use unigen_providers::elevenlabs::TranscribeRequest;
-use unigen_providers::openai::TranscribeOptions;
+use unigen_providers::vendor::TranscribeOptions;
 
 use super::{params_of, required_input};
 use crate::WorkerContext;
@@ -19,28 +18,8 @@ pub async fn run(
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
     let params: TranscriptionParams = params_of(job)?;
-    if let Some(model) = context.catalogue.get(&job.model)
-        && let Some(client) = context.providers.elevenlabs(model)
-    {
-        // The API refuses translations for this adapter; an old job fails.
-        if params.translation {
-            return Err(ToolError::InvalidParams(format!(
-                "model {} transcribes only; it does not translate",
-                model.id
-            )));
-        }
-        let (audio, filename) = audio_of(context, &params).await?;
-        progress.report(10).await;
-        let request = TranscribeRequest {
-            model_id: model.upstream_model.as_deref().unwrap_or(&model.id),
-            language: (params.language != "auto").then_some(params.language.as_str()),
-            diarize: params.diarization,
-            words: params.wants_words(),
-        };
-        let transcript = client.transcribe(audio, &filename, &request).await?;
-        return priced(model, &transcript);
-    }
-    let (model, client) = super::upstream_client(context, job)?.ok_or_else(|| {
+    let model = super::configured_model(context, job)?;
+    let client = context.providers.transcription(model).ok_or_else(|| {
         ToolError::Provider(ProviderError::Permanent(format!(
             "model {} has no transcription upstream",
             job.model
