@@ -21,13 +21,17 @@
 
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::http::{self, Attempt, connection_failure, with_retries};
 use super::outputs::{OutputSource, read_capped};
 use crate::upstream::{Auth, Upstream};
+use crate::vendor::{
+    ImageCall, ImageUpstream, MEDIA_DEADLINE, MEDIA_MAX_OUTPUT, MediaUpstream, detached,
+};
 use unigen_core::ProviderError;
 use unigen_core::config::UpstreamSettings;
 
@@ -441,6 +445,62 @@ fn cancelled() -> ProviderError {
 fn timed_out(deadline: Duration) -> ProviderError {
     let secs = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
     ProviderError::Transient(format!("the request did not finish within {secs}s"))
+}
+
+impl MediaUpstream for FalClient {
+    /// fal's apps name their file inputs `*_url`: a data URI given as
+    /// `image`, `mask`, `video` or `audio` is also given under that name.
+    fn run_to_file<'a>(
+        &'a self,
+        model: &'a str,
+        mut input: Value,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ProviderError>> {
+        if let Some(fields) = input.as_object_mut() {
+            for name in ["image", "mask", "video", "audio", "input_audio"] {
+                let url_name = format!("{}_url", name.trim_start_matches("input_"));
+                if let Some(uri) = fields.get(name).filter(|v| v.is_string()).cloned() {
+                    fields.entry(url_name).or_insert(uri);
+                }
+            }
+        }
+        Box::pin(async move {
+            let (client, app) = (self.clone(), model.to_owned());
+            let result = detached(move |cancel| async move {
+                client.run(&app, &input, &cancel, MEDIA_DEADLINE).await
+            })
+            .await?;
+            let url = first_output_url(&result).ok_or_else(|| {
+                ProviderError::Permanent("the fal request produced no file".into())
+            })?;
+            self.download(&url, MEDIA_MAX_OUTPUT).await
+        })
+    }
+}
+
+impl ImageUpstream for FalClient {
+    /// One request per image, each with its own seed; fal's image apps take
+    /// a size object and a count.
+    fn generate<'a>(
+        &'a self,
+        call: &'a ImageCall<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, ProviderError>> {
+        Box::pin(async move {
+            let mut images = Vec::with_capacity(call.n as usize);
+            for index in 0..call.n {
+                let mut input = json!({
+                    "prompt": call.prompt,
+                    "image_size": {"width": call.width, "height": call.height},
+                    "num_images": 1,
+                    "seed": call.seed.wrapping_add(u64::from(index)),
+                });
+                if let Some(negative) = call.negative_prompt {
+                    input["negative_prompt"] = json!(negative);
+                }
+                images.push(self.run_to_file(call.model, input).await?);
+            }
+            Ok(images)
+        })
+    }
 }
 
 /// The first output file URL of a result: `images[0].url`, `image.url`,

@@ -351,6 +351,26 @@ impl crate::vendor::SpeechUpstream for OpenAiClient {
     }
 }
 
+impl crate::vendor::ImageUpstream for OpenAiClient {
+    /// `POST {base}/images/generations`: all `n` images in one call.
+    fn generate<'a>(
+        &'a self,
+        call: &'a crate::vendor::ImageCall<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, ProviderError>> {
+        let body = serde_json::json!({
+            "model": call.model,
+            "prompt": call.prompt,
+            "n": call.n,
+            "size": format!("{}x{}", call.width, call.height),
+            "response_format": "b64_json",
+            "style": call.style,
+            // Not every upstream knows `seed`; it is sent for those that do.
+            "seed": call.seed,
+        });
+        Box::pin(async move { self.generate_images(&body).await })
+    }
+}
+
 impl crate::vendor::EmbeddingUpstream for OpenAiClient {
     fn embed(
         &self,

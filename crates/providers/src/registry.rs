@@ -22,7 +22,8 @@ use crate::gemini::GeminiClient;
 use crate::openai::OpenAiClient;
 use crate::replicate::ReplicateClient;
 pub use crate::vendor::{
-    Capability, ChatUpstream, ChunkStream, EmbeddingUpstream, SpeechUpstream, TranscriptionUpstream,
+    Capability, ChatUpstream, ChunkStream, EmbeddingUpstream, ImageUpstream, MediaUpstream,
+    SpeechUpstream, TranscriptionUpstream,
 };
 
 /// The clients one adapter builds for one upstream.
@@ -30,12 +31,11 @@ pub use crate::vendor::{
 pub struct Clients {
     pub chat: Option<Arc<dyn ChatUpstream>>,
     pub embeddings: Option<Arc<dyn EmbeddingUpstream>>,
-    /// OpenAI's media endpoints (images, speech, transcription).
-    pub openai: Option<OpenAiClient>,
-    pub replicate: Option<ReplicateClient>,
+    pub images: Option<Arc<dyn ImageUpstream>>,
+    /// Image edits, video and music.
+    pub media: Option<Arc<dyn MediaUpstream>>,
     pub speech: Option<Arc<dyn SpeechUpstream>>,
     pub transcription: Option<Arc<dyn TranscriptionUpstream>>,
-    pub fal: Option<FalClient>,
 }
 
 /// One adapter: its name in the catalogue, what it serves, and how its
@@ -144,9 +144,13 @@ pub const ADAPTERS: &[Adapter] = &[
     Adapter {
         name: "fal",
         serves: &[ImageGeneration, ImageEdit, Video, Music],
-        build: Some(|settings| Clients {
-            fal: Some(FalClient::new(settings)),
-            ..Clients::default()
+        build: Some(|settings| {
+            let client = Arc::new(FalClient::new(settings));
+            Clients {
+                images: Some(client.clone()),
+                media: Some(client),
+                ..Clients::default()
+            }
         }),
         default_max_tokens: None,
         one_choice: false,
@@ -188,9 +192,13 @@ pub const ADAPTERS: &[Adapter] = &[
     Adapter {
         name: "replicate",
         serves: &[ImageGeneration, ImageEdit, Video, Music],
-        build: Some(|settings| Clients {
-            replicate: Some(ReplicateClient::new(settings)),
-            ..Clients::default()
+        build: Some(|settings| {
+            let client = Arc::new(ReplicateClient::new(settings));
+            Clients {
+                images: Some(client.clone()),
+                media: Some(client),
+                ..Clients::default()
+            }
         }),
         default_max_tokens: None,
         one_choice: false,
@@ -200,14 +208,14 @@ pub const ADAPTERS: &[Adapter] = &[
 ];
 
 fn openai_clients(client: OpenAiClient) -> Clients {
-    let shared = Arc::new(client.clone());
+    let shared = Arc::new(client);
     Clients {
         chat: Some(shared.clone()),
         embeddings: Some(shared.clone()),
+        images: Some(shared.clone()),
         speech: Some(shared.clone()),
         transcription: Some(shared),
-        openai: Some(client),
-        ..Clients::default()
+        media: None,
     }
 }
 
@@ -294,41 +302,28 @@ impl Providers {
         self.in_order(model, |c| c.embeddings.clone())
     }
 
-    /// The OpenAI-wire client of the model's first upstream (media tools).
-    pub fn openai(&self, model: &ModelEntry) -> Option<OpenAiClient> {
-        self.in_order(model, |c| c.openai.clone())
+    /// The first upstream's, as for every job tool (no fallbacks there).
+    fn first<T>(&self, model: &ModelEntry, pick: impl Fn(&Clients) -> Option<T>) -> Option<T> {
+        self.in_order(model, pick)
             .into_iter()
             .next()
             .map(|(_, client)| client)
     }
 
-    /// The first upstream's, as for every job tool (no fallbacks there).
+    pub fn images(&self, model: &ModelEntry) -> Option<Arc<dyn ImageUpstream>> {
+        self.first(model, |c| c.images.clone())
+    }
+
+    pub fn media(&self, model: &ModelEntry) -> Option<Arc<dyn MediaUpstream>> {
+        self.first(model, |c| c.media.clone())
+    }
+
     pub fn speech(&self, model: &ModelEntry) -> Option<Arc<dyn SpeechUpstream>> {
-        self.in_order(model, |c| c.speech.clone())
-            .into_iter()
-            .next()
-            .map(|(_, client)| client)
+        self.first(model, |c| c.speech.clone())
     }
 
     pub fn transcription(&self, model: &ModelEntry) -> Option<Arc<dyn TranscriptionUpstream>> {
-        self.in_order(model, |c| c.transcription.clone())
-            .into_iter()
-            .next()
-            .map(|(_, client)| client)
-    }
-
-    pub fn fal(&self, model: &ModelEntry) -> Option<FalClient> {
-        self.in_order(model, |c| c.fal.clone())
-            .into_iter()
-            .next()
-            .map(|(_, client)| client)
-    }
-
-    pub fn replicate(&self, model: &ModelEntry) -> Option<ReplicateClient> {
-        self.in_order(model, |c| c.replicate.clone())
-            .into_iter()
-            .next()
-            .map(|(_, client)| client)
+        self.first(model, |c| c.transcription.clone())
     }
 
     /// Whether the model's adapter serves `capability` from a network

@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 use super::http::{self, Attempt, connection_failure, with_retries};
 use super::outputs::{OutputSource, read_capped};
 use crate::upstream::{Auth, Upstream};
+use crate::vendor::{
+    ImageCall, ImageUpstream, MEDIA_DEADLINE, MEDIA_MAX_OUTPUT, MediaUpstream, detached,
+};
+use futures_util::future::BoxFuture;
 use unigen_core::ProviderError;
 use unigen_core::config::UpstreamSettings;
 
@@ -363,6 +367,52 @@ impl ReplicateClient {
             .iter()
             .fold(text.to_owned(), |text, key| text.replace(key, "<redacted>"));
         text.chars().take(max_chars).collect()
+    }
+}
+
+impl MediaUpstream for ReplicateClient {
+    fn run_to_file<'a>(
+        &'a self,
+        model: &'a str,
+        input: Value,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ProviderError>> {
+        Box::pin(async move {
+            let (client, name) = (self.clone(), model.to_owned());
+            let output = detached(move |cancel| async move {
+                client.run(&name, &input, &cancel, MEDIA_DEADLINE).await
+            })
+            .await?;
+            let url = first_output_url(&output).ok_or_else(|| {
+                ProviderError::Permanent("the prediction produced no file".into())
+            })?;
+            self.download(&url, MEDIA_MAX_OUTPUT).await
+        })
+    }
+}
+
+impl ImageUpstream for ReplicateClient {
+    /// One prediction per image (models differ in how many they return),
+    /// each with its own seed so the images differ.
+    fn generate<'a>(
+        &'a self,
+        call: &'a ImageCall<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, ProviderError>> {
+        Box::pin(async move {
+            let mut images = Vec::with_capacity(call.n as usize);
+            for index in 0..call.n {
+                let mut input = serde_json::json!({
+                    "prompt": call.prompt,
+                    "width": call.width,
+                    "height": call.height,
+                    "seed": call.seed.wrapping_add(u64::from(index)),
+                });
+                if let Some(negative) = call.negative_prompt {
+                    input["negative_prompt"] = serde_json::json!(negative);
+                }
+                images.push(self.run_to_file(call.model, input).await?);
+            }
+            Ok(images)
+        })
     }
 }
 

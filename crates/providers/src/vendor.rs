@@ -80,6 +80,62 @@ pub trait SpeechUpstream: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<u8>, ProviderError>>;
 }
 
+/// One image-generation request.
+pub struct ImageCall<'a> {
+    /// The vendor's name for the model.
+    pub model: &'a str,
+    pub prompt: &'a str,
+    pub negative_prompt: Option<&'a str>,
+    pub n: u32,
+    pub width: u32,
+    pub height: u32,
+    pub seed: u64,
+    pub style: &'a str,
+}
+
+/// Image generation: the images' bytes as the vendor made them (any
+/// format; the worker stores PNGs).
+pub trait ImageUpstream: Send + Sync {
+    fn generate<'a>(
+        &'a self,
+        call: &'a ImageCall<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, ProviderError>>;
+}
+
+/// Longest a media request (a prediction, a queued request) may run, and
+/// the largest output file downloaded.
+pub const MEDIA_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+pub const MEDIA_MAX_OUTPUT: usize = 512 * 1024 * 1024;
+
+/// Image edits, video and music on a vendor that runs a request to its end
+/// and answers output files (Replicate's predictions, fal's queue).
+pub trait MediaUpstream: Send + Sync {
+    /// Runs `input` on `model` (the vendor's name for it) and returns its
+    /// first output file. Dropping the future (a cancelled job) cancels the
+    /// request upstream.
+    fn run_to_file<'a>(
+        &'a self,
+        model: &'a str,
+        input: Value,
+    ) -> BoxFuture<'a, Result<Vec<u8>, ProviderError>>;
+}
+
+/// Runs `work` in a task of its own, with a token that fires when the
+/// returned future is dropped: a cancelled job's request is still cancelled
+/// upstream (the task sees the token and cancels it), not abandoned.
+pub(crate) async fn detached<T, F, Fut>(work: F) -> Result<T, ProviderError>
+where
+    F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+    Fut: Future<Output = Result<T, ProviderError>> + Send + 'static,
+    T: Send + 'static,
+{
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    tokio::spawn(work(cancel))
+        .await
+        .map_err(|e| ProviderError::Permanent(format!("the upstream request's task failed: {e}")))?
+}
+
 /// What a model may be asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Capability {

@@ -74,7 +74,7 @@ pub async fn run(
     })?;
     super::retry_transient(|| context.local.simulate_conditions()).await?;
     if let Some((model, client)) = super::media_client(context, job)? {
-        return run_upstream_edit(context, job, &params, model, &client).await;
+        return run_upstream_edit(context, job, &params, model, client.as_ref()).await;
     }
     let image_bytes = required_input(context, &params.inputs, "image").await?;
     let mask_bytes = input(context, &params.inputs, "mask").await?;
@@ -139,7 +139,7 @@ async fn run_upstream_edit(
     job: &Job,
     params: &EditParams,
     model: &unigen_core::config::ModelEntry,
-    client: &super::MediaClient,
+    client: &dyn unigen_providers::vendor::MediaUpstream,
 ) -> Result<ToolOutput, ToolError> {
     let mut body = json!({
         "operation": params.operation, "prompt": params.prompt, "strength": params.strength, "seed": params.seed,
@@ -151,9 +151,7 @@ async fn run_upstream_edit(
             body[field] = json!(uri);
         }
     }
-    let bytes = client
-        .run(model, body, params.model_inputs.as_ref())
-        .await?;
+    let bytes = super::run_media(model, client, body, params.model_inputs.as_ref()).await?;
     let format = image::guess_format(&bytes).map_err(|_| undecodable("upstream result"))?;
     let decoded = unigen_core::images::decode_bounded(
         &bytes,

@@ -5,10 +5,9 @@ use serde_json::json;
 use unigen_core::params::image::ImageParams;
 use unigen_db::models::Job;
 
-use unigen_core::config::ModelEntry;
-use unigen_providers::openai::OpenAiClient;
+use unigen_providers::vendor::ImageCall;
 
-use super::{params_of, retry_transient, store_output, upstream_client};
+use super::{params_of, retry_transient, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
 use crate::progress::Progress;
@@ -23,41 +22,20 @@ pub async fn run(
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
     let params: ImageParams = params_of(job)?;
-    if let Some((model, client)) = upstream_client(context, job)? {
-        return run_upstream(context, job, &params, model, &client).await;
-    }
-    if let Some((model, client)) = super::media_client(context, job)? {
-        let fal = matches!(client, super::MediaClient::Fal(_));
-        let mut images = Vec::with_capacity(params.n as usize);
-        // One prediction per image (models differ in how many they return),
-        // each with its own seed so the images differ.
-        for index in 0..params.n {
-            let seed = params.seed.wrapping_add(u64::from(index));
-            // fal's image apps take a size object and a count; Replicate's
-            // models width and height.
-            let mut input = if fal {
-                json!({
-                    "prompt": params.prompt,
-                    "image_size": {"width": params.width, "height": params.height},
-                    "num_images": 1,
-                    "seed": seed,
-                })
-            } else {
-                json!({
-                    "prompt": params.prompt,
-                    "width": params.width,
-                    "height": params.height,
-                    "seed": seed,
-                })
-            };
-            if let Some(negative) = &params.negative_prompt {
-                input["negative_prompt"] = json!(negative);
-            }
-            images.push(client.run(model, input, None).await?);
-            if index + 1 < params.n {
-                progress.report(((index + 1) * 100 / params.n) as i16).await;
-            }
-        }
+    let model = super::configured_model(context, job)?;
+    if let Some(client) = context.providers.images(model) {
+        let images = client
+            .generate(&ImageCall {
+                model: model.upstream_model.as_deref().unwrap_or(&model.id),
+                prompt: &params.prompt,
+                negative_prompt: params.negative_prompt.as_deref(),
+                n: params.n,
+                width: params.width,
+                height: params.height,
+                seed: params.seed,
+                style: &params.style,
+            })
+            .await?;
         return store_upstream_images(context, job, images).await;
     }
     let mut images = Vec::with_capacity(params.n as usize);
@@ -83,28 +61,6 @@ pub async fn run(
         output: json!({ "images": images }),
         actual_credits: job.estimated_credits,
     })
-}
-
-/// The `openai` adapter: one upstream call for all `n` images.
-async fn run_upstream(
-    context: &WorkerContext,
-    job: &Job,
-    params: &ImageParams,
-    model: &ModelEntry,
-    client: &OpenAiClient,
-) -> Result<ToolOutput, ToolError> {
-    let mut body = json!({
-        "model": model.upstream_model.as_deref().unwrap_or(&model.id),
-        "prompt": params.prompt,
-        "n": params.n,
-        "size": format!("{}x{}", params.width, params.height),
-        "response_format": "b64_json",
-        "style": params.style,
-    });
-    // Not every upstream knows `seed`; it is sent for those that do.
-    body["seed"] = json!(params.seed);
-    let images = client.generate_images(&body).await?;
-    store_upstream_images(context, job, images).await
 }
 
 /// Stores an upstream's images as PNG files (re-encoded when the upstream

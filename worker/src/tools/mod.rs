@@ -9,16 +9,16 @@ pub mod speech;
 pub mod transcription;
 pub mod video;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use serde::de::DeserializeOwned;
-use tokio_util::sync::CancellationToken;
+
 use unigen_core::ProviderError;
 use unigen_core::params::StoredInputs;
 use unigen_db::models::Job;
-use unigen_providers::fal::FalClient;
-use unigen_providers::replicate::{ReplicateClient, first_output_url};
+use unigen_providers::vendor::MediaUpstream;
 
 use crate::WorkerContext;
 use crate::error::ToolError;
@@ -111,135 +111,31 @@ pub fn configured_model<'a>(
     })
 }
 
-/// The OpenAI-wire client (`openai`, `azure-openai`) of a job's model (its
-/// first configured upstream), or `None` for models on other adapters.
-pub fn upstream_client<'a>(
-    context: &'a WorkerContext,
-    job: &Job,
-) -> Result<
-    Option<(
-        &'a unigen_core::config::ModelEntry,
-        unigen_providers::openai::OpenAiClient,
-    )>,
-    ToolError,
-> {
-    let model = context.catalogue.get(&job.model).ok_or_else(|| {
-        ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
-    })?;
-    // Configuration is checked at startup: a model on such an adapter names
-    // a configured upstream.
-    Ok(context
-        .providers
-        .openai(model)
-        .map(|client| (model, client)))
-}
+/// A job's model and its media vendor.
+pub type MediaVendor<'a> = (&'a unigen_core::config::ModelEntry, Arc<dyn MediaUpstream>);
 
-/// The model's `replicate` client, or `None` when the model runs elsewhere.
-pub fn replicate_client<'a>(
-    context: &'a WorkerContext,
-    job: &Job,
-) -> Result<Option<(&'a unigen_core::config::ModelEntry, ReplicateClient)>, ToolError> {
-    let model = context.catalogue.get(&job.model).ok_or_else(|| {
-        ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
-    })?;
-    Ok(context
-        .providers
-        .replicate(model)
-        .map(|client| (model, client)))
-}
-
-/// The queue-style vendor (Replicate predictions, fal's queue) of a job's
-/// model, or `None` when the model runs elsewhere.
+/// The model's image-edit, video or music vendor (Replicate, fal), or
+/// `None` when the model runs in-process.
 pub fn media_client<'a>(
     context: &'a WorkerContext,
     job: &Job,
-) -> Result<Option<(&'a unigen_core::config::ModelEntry, MediaClient)>, ToolError> {
-    if let Some((model, client)) = replicate_client(context, job)? {
-        return Ok(Some((model, MediaClient::Replicate(client))));
-    }
-    let model = context.catalogue.get(&job.model).ok_or_else(|| {
-        ToolError::InvalidParams(format!("model {} is no longer configured", job.model))
-    })?;
-    Ok(context
-        .providers
-        .fal(model)
-        .map(|client| (model, MediaClient::Fal(client))))
+) -> Result<Option<MediaVendor<'a>>, ToolError> {
+    let model = configured_model(context, job)?;
+    Ok(context.providers.media(model).map(|client| (model, client)))
 }
 
-/// A vendor that runs a request to completion and answers output files.
-#[derive(Clone)]
-pub enum MediaClient {
-    Replicate(ReplicateClient),
-    Fal(FalClient),
-}
-
-/// Longest a Replicate prediction or fal request may run, and the largest
-/// output downloaded.
-const MEDIA_DEADLINE: Duration = Duration::from_secs(30 * 60);
-const MEDIA_MAX_OUTPUT: usize = 512 * 1024 * 1024;
-
-impl MediaClient {
-    /// Runs `input` (plus the client's `model_inputs`) on the model and
-    /// downloads its first output file. The request runs in its own task:
-    /// if the job is cancelled (this future dropped), the token fires and
-    /// the task cancels the request upstream. fal's apps name their file
-    /// inputs `*_url`: a data URI given as `image`, `mask`, `video` or
-    /// `audio` is also given under that name.
-    pub async fn run(
-        &self,
-        model: &unigen_core::config::ModelEntry,
-        input: serde_json::Value,
-        model_inputs: Option<&serde_json::Value>,
-    ) -> Result<Vec<u8>, ToolError> {
-        let mut input = with_model_inputs(input, model_inputs);
-        if let (MediaClient::Fal(_), Some(fields)) = (self, input.as_object_mut()) {
-            for name in ["image", "mask", "video", "audio", "input_audio"] {
-                let url_name = format!("{}_url", name.trim_start_matches("input_"));
-                if let Some(uri) = fields.get(name).filter(|v| v.is_string()).cloned() {
-                    fields.entry(url_name).or_insert(uri);
-                }
-            }
-        }
-        let upstream_model = model
-            .upstream_model
-            .clone()
-            .unwrap_or_else(|| model.id.clone());
-        let cancel = CancellationToken::new();
-        let _cancel_on_drop = cancel.clone().drop_guard();
-        let task_client = self.clone();
-        let request = tokio::spawn(async move {
-            match &task_client {
-                MediaClient::Replicate(client) => {
-                    client
-                        .run(&upstream_model, &input, &cancel, MEDIA_DEADLINE)
-                        .await
-                }
-                MediaClient::Fal(client) => {
-                    client
-                        .run(&upstream_model, &input, &cancel, MEDIA_DEADLINE)
-                        .await
-                }
-            }
-        });
-        let output = request.await.map_err(|e| {
-            ToolError::Provider(ProviderError::Permanent(format!(
-                "the upstream request's task failed: {e}"
-            )))
-        })??;
-        let url = match self {
-            MediaClient::Replicate(_) => first_output_url(&output),
-            MediaClient::Fal(_) => unigen_providers::fal::first_output_url(&output),
-        }
-        .ok_or_else(|| {
-            ToolError::Provider(ProviderError::Permanent(
-                "the upstream request produced no file".into(),
-            ))
-        })?;
-        Ok(match self {
-            MediaClient::Replicate(client) => client.download(&url, MEDIA_MAX_OUTPUT).await?,
-            MediaClient::Fal(client) => client.download(&url, MEDIA_MAX_OUTPUT).await?,
-        })
-    }
+/// Runs `input` (plus the client's `model_inputs`) on the model's vendor
+/// and returns its first output file; a cancelled job cancels the request
+/// upstream.
+pub async fn run_media(
+    model: &unigen_core::config::ModelEntry,
+    client: &dyn MediaUpstream,
+    input: serde_json::Value,
+    model_inputs: Option<&serde_json::Value>,
+) -> Result<Vec<u8>, ToolError> {
+    let input = with_model_inputs(input, model_inputs);
+    let upstream_model = model.upstream_model.as_deref().unwrap_or(&model.id);
+    Ok(client.run_to_file(upstream_model, input).await?)
 }
 
 /// The prediction input: the validated fields, plus the client's

@@ -37,9 +37,8 @@ pub async fn run(
             body["input_audio"] = json!(uri);
         }
         progress.report(10).await;
-        let bytes = client
-            .run(model, body, params.model_inputs.as_ref())
-            .await?;
+        let bytes =
+            super::run_media(model, client.as_ref(), body, params.model_inputs.as_ref()).await?;
         let seconds = audio::probe_duration(&bytes).await?;
         let key = store_output(
             context,

@@ -38,7 +38,7 @@ pub async fn run(
             }
         }
         progress.report(10).await;
-        let bytes = client.run(model, body, None).await?;
+        let bytes = super::run_media(model, client.as_ref(), body, None).await?;
         let seconds = unigen_core::audio::probe_duration(&bytes).await?;
         let key = store_output(context, job, "video.mp4", bytes).await?;
         return Ok(ToolOutput {
