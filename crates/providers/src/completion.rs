@@ -16,8 +16,7 @@ use crate::chat::{
 };
 use crate::local::LocalProvider;
 use crate::local::answer::answer;
-use crate::registry::ChunkStream;
-use crate::registry::{Capability, Providers};
+use crate::registry::{Capability, ChunkStream, Providers};
 use crate::search::{SearchClient, grounding_prompt};
 use crate::{Catalogue, fallback};
 

@@ -60,6 +60,17 @@ pub struct Adapter {
 use Capability::*;
 
 /// Every adapter this build has. Adding a vendor: its module, and a line here.
+/// An adapter's defaults: in-process, no chat limits, text-only embeddings.
+const IN_PROCESS: Adapter = Adapter {
+    name: "",
+    serves: &[],
+    build: None,
+    default_max_tokens: None,
+    one_choice: false,
+    content_parts: None,
+    token_ids: false,
+};
+
 pub const ADAPTERS: &[Adapter] = &[
     Adapter {
         name: "local",
@@ -74,11 +85,8 @@ pub const ADAPTERS: &[Adapter] = &[
             Translation,
             Music,
         ],
-        build: None,
-        default_max_tokens: None,
-        one_choice: false,
-        content_parts: None,
         token_ids: true,
+        ..IN_PROCESS
     },
     // Benchmarks of the job pipeline only: a constant output per shape.
     Adapter {
@@ -89,13 +97,10 @@ pub const ADAPTERS: &[Adapter] = &[
             Video,
             Speech,
             Transcription,
+            Translation,
             Music,
         ],
-        build: None,
-        default_max_tokens: None,
-        one_choice: false,
-        content_parts: None,
-        token_ids: false,
+        ..IN_PROCESS
     },
     Adapter {
         name: "openai",
@@ -108,10 +113,8 @@ pub const ADAPTERS: &[Adapter] = &[
             Translation,
         ],
         build: Some(|settings| openai_clients(OpenAiClient::new(settings))),
-        default_max_tokens: None,
-        one_choice: false,
-        content_parts: None,
         token_ids: true,
+        ..IN_PROCESS
     },
     Adapter {
         name: "azure-openai",
@@ -124,10 +127,8 @@ pub const ADAPTERS: &[Adapter] = &[
             Translation,
         ],
         build: Some(|settings| openai_clients(OpenAiClient::azure(settings))),
-        default_max_tokens: None,
-        one_choice: false,
-        content_parts: None,
         token_ids: true,
+        ..IN_PROCESS
     },
     Adapter {
         name: "anthropic",
@@ -139,7 +140,7 @@ pub const ADAPTERS: &[Adapter] = &[
         default_max_tokens: Some(crate::anthropic::DEFAULT_MAX_TOKENS),
         one_choice: true,
         content_parts: Some(&["text", "image_url"]),
-        token_ids: false,
+        ..IN_PROCESS
     },
     Adapter {
         name: "fal",
@@ -152,10 +153,7 @@ pub const ADAPTERS: &[Adapter] = &[
                 ..Clients::default()
             }
         }),
-        default_max_tokens: None,
-        one_choice: false,
-        content_parts: None,
-        token_ids: false,
+        ..IN_PROCESS
     },
     Adapter {
         name: "gemini",
@@ -168,10 +166,8 @@ pub const ADAPTERS: &[Adapter] = &[
                 ..Clients::default()
             }
         }),
-        default_max_tokens: None,
-        one_choice: false,
         content_parts: Some(&["text", "image_url"]),
-        token_ids: false,
+        ..IN_PROCESS
     },
     Adapter {
         name: "elevenlabs",
@@ -184,10 +180,7 @@ pub const ADAPTERS: &[Adapter] = &[
                 ..Clients::default()
             }
         }),
-        default_max_tokens: None,
-        one_choice: false,
-        content_parts: None,
-        token_ids: false,
+        ..IN_PROCESS
     },
     Adapter {
         name: "replicate",
@@ -200,10 +193,7 @@ pub const ADAPTERS: &[Adapter] = &[
                 ..Clients::default()
             }
         }),
-        default_max_tokens: None,
-        one_choice: false,
-        content_parts: None,
-        token_ids: false,
+        ..IN_PROCESS
     },
 ];
 
@@ -284,7 +274,13 @@ impl Providers {
         model: &ModelEntry,
         pick: impl Fn(&Clients) -> Option<T>,
     ) -> Vec<(String, T)> {
-        upstream_order(model, random_unit())
+        // No draw (a syscall) unless the model splits its traffic.
+        let draw = if model.upstream_weights.is_empty() {
+            0.0
+        } else {
+            random_unit()
+        };
+        upstream_order(model, draw)
             .into_iter()
             .filter_map(|name| {
                 let clients = self.clients(&model.adapter, &name)?;
