@@ -11,6 +11,7 @@ use unigen_db::queries;
 use uuid::Uuid;
 
 use crate::charge_slot::ChargeSlot;
+use crate::effects::Effects;
 use crate::error::ApiError;
 use crate::rate_limit::Admission;
 use crate::state::AppState;
@@ -25,6 +26,8 @@ pub struct Caller {
     pub concurrent_requests: i32,
     /// Where a handler records what the request was charged (for headers).
     pub charges: ChargeSlot,
+    /// Where a handler records what it created (for `Idempotency-Key`).
+    pub effects: Effects,
 }
 
 impl Caller {
@@ -61,6 +64,11 @@ impl FromRequest for Caller {
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        // Already authenticated (and counted against the rate) by the
+        // idempotency middleware.
+        if let Some(caller) = req.extensions().get::<Caller>().cloned() {
+            return Box::pin(async move { Ok(caller) });
+        }
         let token = bearer_token(req).map(str::to_owned);
         let state = req.app_data::<web::Data<AppState>>().cloned();
         let charges = req
@@ -123,6 +131,7 @@ impl FromRequest for Caller {
                 scopes,
                 concurrent_requests: row.concurrent_requests,
                 charges,
+                effects: Effects::default(),
             })
         })
     }
@@ -162,6 +171,7 @@ mod tests {
             scopes: vec![Scope::Usage],
             concurrent_requests: 1,
             charges: ChargeSlot::default(),
+            effects: Effects::default(),
         };
         assert!(caller.require_any(&[Scope::Jobs, Scope::Usage]).is_ok());
         let err = caller.require(Scope::Image).unwrap_err();

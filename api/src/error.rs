@@ -73,6 +73,14 @@ pub enum ApiError {
     /// A shared template agent can be read and duplicated, not changed (403).
     #[error("{0}")]
     TemplateReadOnly(String),
+    /// A request with the same Idempotency-Key is still running (409).
+    #[error("a request with this Idempotency-Key is still in progress; retry once it has finished")]
+    IdempotencyKeyInUse,
+    /// The Idempotency-Key was first used with another request (422).
+    #[error(
+        "this Idempotency-Key was already used with a different request (method, path, body or API key)"
+    )]
+    IdempotencyKeyReused,
     /// The body is larger than `http.max_body_bytes` (413).
     #[error("the request body is larger than the limit of {0} bytes")]
     PayloadTooLarge(usize),
@@ -107,6 +115,16 @@ impl ApiError {
                 StatusCode::METHOD_NOT_ALLOWED,
                 "invalid_request_error",
                 "method_not_allowed",
+            ),
+            ApiError::IdempotencyKeyInUse => (
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                "idempotency_key_in_use",
+            ),
+            ApiError::IdempotencyKeyReused => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request_error",
+                "idempotency_key_reused",
             ),
             ApiError::JobCancelled => (
                 StatusCode::CONFLICT,
@@ -217,6 +235,9 @@ impl ResponseError for ApiError {
         let param = match self {
             ApiError::Validation(v) => Some(v.field.to_owned()),
             ApiError::InvalidField { param, .. } => Some(param.clone()),
+            ApiError::IdempotencyKeyInUse | ApiError::IdempotencyKeyReused => {
+                Some("Idempotency-Key".to_owned())
+            }
             _ => None,
         };
         let remaining = match self {

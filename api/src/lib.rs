@@ -4,7 +4,9 @@
 mod auth;
 mod charge_slot;
 pub mod cli;
+mod effects;
 mod error;
+mod idempotency;
 mod job_reads;
 mod key_cache;
 mod known_paths;
@@ -205,6 +207,7 @@ pub async fn spawn(
             .into_utoipa_app()
             .service(
                 utoipa_actix_web::scope("/api/v1")
+                    .wrap(actix_web::middleware::from_fn(idempotency::idempotency))
                     .wrap(actix_web::middleware::from_fn(metering::credit_headers))
                     .configure(routes::configure_v1),
             )

@@ -61,6 +61,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         .split_for_parts();
     let mut doc = doc;
     AuthenticatedErrors.modify(&mut doc);
+    IdempotentPosts.modify(&mut doc);
     JobAccepted.modify(&mut doc);
     refine(doc)
 }
@@ -164,6 +165,92 @@ impl Modify for AuthenticatedErrors {
                         .responses
                         .entry(status.to_string())
                         .or_insert_with(|| response.build().into());
+                }
+            }
+        }
+    }
+}
+
+/// `Idempotency-Key` on every authenticated `POST` (see `crate::idempotency`):
+/// the header parameter, and its 409 and 422 answers.
+struct IdempotentPosts;
+
+impl Modify for IdempotentPosts {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, ResponseBuilder};
+        let answers = [
+            (
+                "400",
+                "`invalid_request`: `Idempotency-Key` empty, longer than 255 characters, not \
+                 printable ASCII, or sent more than once (`param` names it)",
+            ),
+            (
+                "409",
+                "`idempotency_key_in_use`: a request with this `Idempotency-Key` is still in progress",
+            ),
+            (
+                "422",
+                "`idempotency_key_reused`: the `Idempotency-Key` was used with another request \
+                 (method, path, body or API key)",
+            ),
+        ];
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if !crate::idempotency::applies_to(path) {
+                continue;
+            }
+            let Some(operation) = item.post.as_mut() else {
+                continue;
+            };
+            if operation.security.as_ref().is_none_or(Vec::is_empty) {
+                continue;
+            }
+            operation.parameters.get_or_insert_with(Vec::new).push(
+                ParameterBuilder::new()
+                    .name(crate::idempotency::HEADER)
+                    .parameter_in(ParameterIn::Header)
+                    .required(Required::False)
+                    .schema(Some(
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .min_length(Some(1))
+                            .max_length(Some(crate::idempotency::MAX_KEY_CHARS))
+                            .build(),
+                    ))
+                    .description(Some(
+                        "Makes the request safe to retry (IETF draft `Idempotency-Key`): bare \
+                         (`abc-123`) or a structured-field string (`\"abc-123\"`), 1 to 255 \
+                         characters, per organization, kept 24 hours. A retry with the same key, \
+                         API key, method, path and body gets the first response again with \
+                         `Idempotent-Replayed: true`, and nothing is created or charged again. A \
+                         request that failed without creating anything frees its key.",
+                    ))
+                    .build()
+                    .into(),
+            );
+            for (status, description) in answers {
+                match operation.responses.responses.get_mut(status) {
+                    Some(RefOr::T(existing)) => {
+                        existing.description =
+                            format!("{}; or {description}", existing.description);
+                    }
+                    Some(RefOr::Ref(_)) => {}
+                    None => {
+                        operation.responses.responses.insert(
+                            status.to_owned(),
+                            ResponseBuilder::new()
+                                .description(description)
+                                .content(
+                                    "application/json",
+                                    ContentBuilder::new()
+                                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                                        .build(),
+                                )
+                                .build()
+                                .into(),
+                        );
+                    }
                 }
             }
         }

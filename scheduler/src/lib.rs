@@ -107,6 +107,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             Duration::from_secs(settings.webhooks.event_retention_seconds),
         )));
     }
+    tasks.push(Box::new(tasks::retention::IdempotencyRetention::new(
+        pool.clone(),
+    )));
     tracing::info!(
         tasks = tasks.len(),
         tick_ms = tick.as_millis() as u64,

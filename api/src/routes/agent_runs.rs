@@ -190,12 +190,63 @@ pub async fn run_agent(
         org_id: caller.org_id,
         api_key_id: caller.key_id,
     };
-    let events = run::start(&state.runs, agent, who, input, Box::new(slot)).await?;
-    Ok(HttpResponse::Ok()
+    let (run_id, events) = run::start(&state.runs, agent, who, input, Box::new(slot)).await?;
+    caller.effects.run_started(run_id);
+    Ok(event_stream(event_frames(events)))
+}
+
+fn event_stream(
+    frames: impl futures_util::Stream<Item = Result<Bytes, actix_web::Error>> + 'static,
+) -> HttpResponse {
+    HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("Cache-Control", "no-cache"))
         .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(event_frames(events)))
+        .streaming(frames)
+}
+
+/// A finished run's stream again, from what was recorded: `start`, its
+/// steps, then `done` or `error` (an `Idempotency-Key` retry of the run).
+/// A run still going answers 409: its first request is still in progress.
+pub async fn replay(
+    state: &AppState,
+    org_id: Uuid,
+    run_id: Uuid,
+) -> Result<HttpResponse, ApiError> {
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let Some(run) = queries::agent_runs::find_in_org(&mut conn, org_id, run_id).await? else {
+        return Err(ApiError::NotFound(format!("run {run_id} no longer exists")));
+    };
+    let last = match run.status.as_str() {
+        "completed" => RunEvent::Done {
+            run_id,
+            output: run.output.clone().unwrap_or_default(),
+            credits_used: run.credits_used,
+            tokens_used: run.tokens_used,
+        },
+        "failed" => RunEvent::Error {
+            run_id,
+            error: run.error_message.clone().unwrap_or_default(),
+        },
+        _ => return Err(ApiError::IdempotencyKeyInUse),
+    };
+    let steps = queries::agent_runs::steps(&mut conn, run_id).await?;
+    let events = std::iter::once(RunEvent::Start {
+        run_id,
+        session_id: run.session_id.clone(),
+    })
+    .chain(steps.iter().map(|step| RunEvent::Step {
+        run_id,
+        step: step.into(),
+    }))
+    .chain(std::iter::once(last));
+    let frames: Vec<Result<Bytes, actix_web::Error>> = events
+        .map(|event| {
+            let json = serde_json::to_string(&event).unwrap_or_default();
+            Ok(Bytes::from(format!("data: {json}\n\n")))
+        })
+        .collect();
+    Ok(event_stream(stream::iter(frames)))
 }
 
 /// The organization's runs of an agent, newest first.

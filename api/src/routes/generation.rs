@@ -216,6 +216,9 @@ pub async fn run(
         })
         .await?;
     state.metrics.job_submitted(generation.tool);
+    if let Ok(accepted) = serde_json::to_vec(&AsyncJobCreated::from(&job)) {
+        caller.effects.job_submitted(accepted.into());
+    }
     if generation.is_async {
         return Ok(Outcome::Accepted(job));
     }

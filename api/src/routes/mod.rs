@@ -27,6 +27,8 @@ mod webhooks;
 
 use utoipa_actix_web::service_config::ServiceConfig;
 
+pub use agent_runs::replay as replay_agent_run;
+
 /// Every `/api/v1` route; each is collected into the OpenAPI document.
 pub fn configure_v1(cfg: &mut ServiceConfig) {
     cfg.service(images::create_image_generation)

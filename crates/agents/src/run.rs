@@ -301,15 +301,16 @@ pub struct RunCaller {
 
 /// Checks the plan, reserves the base price and one `agent_runs` unit,
 /// records the run and its `agent.run.started` event, then runs it in a
-/// task of its own. The returned stream starts with `start`; `guard` is
-/// held until the run ends (e.g. the request's concurrency slot).
+/// task of its own. Returns the run's id and its stream, which starts with
+/// `start`; `guard` is held until the run ends (e.g. the request's
+/// concurrency slot).
 pub async fn start(
     env: &RunEnv,
     agent: Agent,
     caller: RunCaller,
     request: RunInput,
     guard: Box<dyn Send>,
-) -> Result<mpsc::UnboundedReceiver<RunEvent>, StartError> {
+) -> Result<(Uuid, mpsc::UnboundedReceiver<RunEvent>), StartError> {
     let model = env.catalogue.get(&agent.model).cloned().ok_or_else(|| {
         ValidationError::new(
             "model",
@@ -380,7 +381,7 @@ pub async fn start(
         let _guard = guard;
         runner.run(request).await;
     });
-    Ok(receiver)
+    Ok((run_id, receiver))
 }
 
 /// Why a run stopped without a final answer: the message of its error step.

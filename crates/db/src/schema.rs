@@ -326,6 +326,21 @@ diesel::joinable!(jobs -> api_keys (api_key_id));
 diesel::joinable!(billing_accounts -> organizations (org_id));
 diesel::joinable!(usage_records -> organizations (org_id));
 diesel::joinable!(webhooks -> organizations (org_id));
+diesel::table! {
+    idempotency_keys (org_id, idem_key) {
+        org_id -> Uuid,
+        idem_key -> Text,
+        fingerprint -> Bytea,
+        state -> Text,
+        status_code -> Nullable<Int2>,
+        content_type -> Nullable<Text>,
+        body -> Nullable<Bytea>,
+        agent_run_id -> Nullable<Uuid>,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(webhook_deliveries -> webhooks (webhook_id));
 diesel::joinable!(webhook_deliveries -> events (event_id));
 diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));

@@ -178,3 +178,37 @@ impl Task for EventRetention {
         Box::pin(self.round())
     }
 }
+
+/// Idempotency-Key records past their 24 hours.
+pub struct IdempotencyRetention {
+    pool: PgPool,
+}
+
+impl IdempotencyRetention {
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    async fn round(&self) -> anyhow::Result<Activity> {
+        let mut conn = self.pool.get().await?;
+        let deleted = queries::idempotency::delete_expired(&mut conn, EVENT_BATCH).await?;
+        if deleted > 0 {
+            tracing::debug!(records = deleted, "expired idempotency keys deleted");
+        }
+        Ok(if deleted as i64 == EVENT_BATCH {
+            Activity::Busy
+        } else {
+            Activity::Idle
+        })
+    }
+}
+
+impl Task for IdempotencyRetention {
+    fn name(&self) -> &'static str {
+        "idempotency_retention"
+    }
+
+    fn work(&mut self) -> BoxFuture<'_, anyhow::Result<Activity>> {
+        Box::pin(self.round())
+    }
+}

@@ -16,6 +16,7 @@ mod faults;
 mod files;
 mod fixture;
 mod hardening;
+mod idempotency;
 mod images;
 mod jobs;
 mod knowledge;

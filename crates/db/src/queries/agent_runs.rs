@@ -103,6 +103,21 @@ pub async fn find_for_org(
         .optional()?)
 }
 
+/// A run of this organization, whichever agent ran it.
+pub async fn find_in_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<Option<AgentRun>, DbError> {
+    Ok(agent_runs::table
+        .filter(agent_runs::id.eq(id))
+        .filter(agent_runs::org_id.eq(org_id))
+        .select(AgentRun::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
 pub async fn steps(
     conn: &mut AsyncPgConnection,
     run_id: Uuid,

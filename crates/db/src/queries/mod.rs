@@ -4,6 +4,7 @@ pub mod agent_runs;
 pub mod agents;
 pub mod billing;
 pub mod events;
+pub mod idempotency;
 pub mod jobs;
 pub mod keys;
 pub mod knowledge;

@@ -1,0 +1,544 @@
+//! `Idempotency-Key` on every `POST` (IETF draft-ietf-httpapi-idempotency-key-header):
+//! the first request with a key runs and its response is kept 24 hours; a
+//! retry with the same key and the same request gets that response again
+//! (`Idempotent-Replayed: true`), creating and charging nothing. The same key
+//! with another request is a 422; while the first still runs, a 409.
+//!
+//! A request that ended in an error and created nothing frees its key, so
+//! the client may retry it. Handlers report what they created through
+//! [`Effects`] (on the [`Caller`]): a job, a started agent run, or a body to
+//! keep instead of the one sent (a new API key's value is never stored).
+
+use actix_web::body::{BodySize, BoxBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
+use actix_web::http::{Method, StatusCode};
+use actix_web::middleware::Next;
+use actix_web::web::Bytes;
+use actix_web::{HttpMessage, HttpResponse, web};
+use sha2::{Digest, Sha256};
+use unigen_db::queries::idempotency::{self, Claim, IdempotencyRecord, StoredResponse};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::effects::{Effects, EffectsInner};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub const HEADER: &str = "Idempotency-Key";
+/// Sent on a replayed answer (`Idempotent-Replayed: true`).
+const REPLAYED_HEADER: &str = "idempotent-replayed";
+/// The draft leaves the length open; 255 fits every UUID or ULID scheme.
+pub const MAX_KEY_CHARS: usize = 255;
+/// Larger responses (many base64 images) are not kept byte for byte: a
+/// generation's retry then gets its job (202), anything else runs again.
+const MAX_STORED_BODY: u64 = 16 * 1024 * 1024;
+
+/// The largest body read to fingerprint: above every route's own limit (a
+/// 50 MB knowledge file with its multipart framing).
+const MAX_HASHED_BODY: usize = 64 * 1024 * 1024;
+
+/// The key's value: bare (`abc-123`) or an RFC 8941 string (`"abc-123"`).
+pub fn parse_key(value: &HeaderValue) -> Result<String, ApiError> {
+    let invalid = |message: &str| ApiError::InvalidField {
+        param: HEADER.to_owned(),
+        message: format!("{HEADER} {message}"),
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| invalid("must be printable ASCII"))?
+        .trim();
+    let key = match text.strip_prefix('"') {
+        Some(rest) => {
+            let inner = rest
+                .strip_suffix('"')
+                .ok_or_else(|| invalid("has an unterminated quoted string"))?;
+            let mut key = String::with_capacity(inner.len());
+            let mut chars = inner.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => match chars.next() {
+                        Some(escaped @ ('"' | '\\')) => key.push(escaped),
+                        _ => return Err(invalid("has an invalid escape in its quoted string")),
+                    },
+                    '"' => return Err(invalid("has an unescaped quote in its quoted string")),
+                    c => key.push(c),
+                }
+            }
+            key
+        }
+        None => text.to_owned(),
+    };
+    if key.is_empty() {
+        return Err(invalid("must not be empty"));
+    }
+    if key.chars().count() > MAX_KEY_CHARS {
+        return Err(invalid(&format!(
+            "must be at most {MAX_KEY_CHARS} characters"
+        )));
+    }
+    if !key.chars().all(|c| (' '..='~').contains(&c)) {
+        return Err(invalid("must be printable ASCII"));
+    }
+    Ok(key)
+}
+
+/// The request's identity: API key, method, path, query, media type and
+/// body. JSON bodies count by content (key order and spacing aside), and a
+/// multipart body without its random boundary, so a client library's retry
+/// of the same fields is the same request.
+pub fn fingerprint(
+    api_key_id: Uuid,
+    method: &Method,
+    path: &str,
+    query: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    for part in [
+        api_key_id.as_bytes().as_slice(),
+        method.as_str().as_bytes(),
+        path.as_bytes(),
+        query.as_bytes(),
+    ] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    let media = content_type
+        .and_then(|ct| ct.parse::<actix_web::mime::Mime>().ok())
+        .map(|m| m.essence_str().to_ascii_lowercase());
+    let essence = media.as_deref().unwrap_or("");
+    hash.update((essence.len() as u64).to_le_bytes());
+    hash.update(essence.as_bytes());
+    let boundary = content_type
+        .and_then(|ct| ct.parse::<actix_web::mime::Mime>().ok())
+        .and_then(|m| {
+            m.get_param(actix_web::mime::BOUNDARY)
+                .map(|b| b.as_str().to_owned())
+        });
+    if essence == "application/json"
+        && let Ok(value) = serde_json::from_slice::<serde_json::Value>(body)
+    {
+        let mut canonical = Vec::with_capacity(body.len());
+        write_canonical(&value, &mut canonical);
+        hash.update(&canonical);
+    } else if let Some(boundary) = boundary.filter(|b| !b.is_empty()) {
+        let mut rest = body;
+        let finder = memchr::memmem::Finder::new(boundary.as_bytes());
+        while let Some(at) = finder.find(rest) {
+            hash.update(&rest[..at]);
+            hash.update(b"\0boundary\0");
+            rest = &rest[at + boundary.len()..];
+        }
+        hash.update(rest);
+    } else {
+        hash.update(body);
+    }
+    hash.finalize().into()
+}
+
+/// JSON with object keys sorted and no spaces.
+fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, value)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(serde_json::to_string(key).unwrap_or_default().as_bytes());
+                out.push(b':');
+                write_canonical(value, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => out.extend_from_slice(scalar.to_string().as_bytes()),
+    }
+}
+
+/// Every `POST` of `/api/v1` but the legacy interface, whose errors are
+/// envelopes of their own and whose clients predate the header.
+pub fn applies_to(path: &str) -> bool {
+    !path.starts_with("/api/v1/ai-image/")
+}
+
+/// The middleware: every `POST` of `/api/v1` with an `Idempotency-Key`.
+pub async fn idempotency(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if req.method() != Method::POST || !applies_to(req.path()) {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    }
+    let mut values = req.headers().get_all(HEADER);
+    let Some(value) = values.next() else {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    };
+    if values.next().is_some() {
+        return Ok(req.error_response(ApiError::InvalidField {
+            param: HEADER.to_owned(),
+            message: format!("send one {HEADER} header, not several"),
+        }));
+    }
+    let key = match parse_key(value) {
+        Ok(key) => key,
+        Err(err) => return Ok(req.error_response(err)),
+    };
+    // Authenticated once: the handler's extractor reuses this caller. A
+    // refused key goes on to the handler, which answers in its own format
+    // (the legacy routes' envelope).
+    let Ok(caller) = req.extract::<Caller>().await else {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    };
+    req.extensions_mut().insert(caller.clone());
+    let body = match read_body(&mut req).await {
+        Ok(body) => body,
+        Err(err) => return Ok(req.error_response(err)),
+    };
+    let print = fingerprint(
+        caller.key_id,
+        req.method(),
+        req.path(),
+        req.query_string(),
+        req.headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok()),
+        &body,
+    );
+    req.set_payload(Payload::from(body));
+    let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
+        return Ok(req.error_response(ApiError::internal(anyhow::anyhow!("state missing"))));
+    };
+    let claim = async {
+        let mut conn = state.pool.get().await.map_err(unigen_db::DbError::from)?;
+        Ok::<_, ApiError>(idempotency::claim(&mut conn, caller.org_id, &key, &print).await?)
+    };
+    let record = match claim.await {
+        Ok(Claim::Claimed) => None,
+        Ok(Claim::Taken(record)) => Some(record),
+        Err(err) => return Ok(req.error_response(err)),
+    };
+    if let Some(record) = record {
+        let response = match answer_again(&state, &caller, &print, record).await {
+            Ok(response) => response,
+            Err(err) => return Ok(req.error_response(err)),
+        };
+        return Ok(req.into_response(response));
+    }
+
+    let pending = Pending {
+        state: state.clone(),
+        org_id: caller.org_id,
+        key,
+        effects: caller.effects.clone(),
+        settled: false,
+    };
+    let response = next.call(req).await;
+    pending.settle(response).await
+}
+
+/// The whole body, to fingerprint and hand on. Routes check their own
+/// limits afterwards (a knowledge upload may exceed `http.max_body_bytes`);
+/// this bound only keeps the buffer finite.
+async fn read_body(req: &mut ServiceRequest) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let mut payload = req.take_payload();
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk
+            .map_err(|err| ApiError::BadRequest(format!("the body could not be read: {err}")))?;
+        if body.len() + chunk.len() > MAX_HASHED_BODY {
+            return Err(ApiError::PayloadTooLarge(MAX_HASHED_BODY));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// A kept answer, or why there is none yet.
+async fn answer_again(
+    state: &AppState,
+    caller: &Caller,
+    print: &[u8; 32],
+    record: IdempotencyRecord,
+) -> Result<HttpResponse, ApiError> {
+    if record.fingerprint.as_slice() != print.as_slice() {
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    if record.state != "completed" {
+        return Err(ApiError::IdempotencyKeyInUse);
+    }
+    if let Some(run_id) = record.agent_run_id {
+        let mut response = crate::routes::replay_agent_run(state, caller.org_id, run_id).await?;
+        mark_replayed(&mut response);
+        return Ok(response);
+    }
+    let status = record
+        .status_code
+        .and_then(|code| StatusCode::from_u16(u16::try_from(code).ok()?).ok())
+        .unwrap_or(StatusCode::OK);
+    let mut response = HttpResponse::build(status);
+    if let Some(content_type) = record.content_type {
+        response.insert_header((CONTENT_TYPE, content_type));
+    }
+    let mut response = response.body(record.body.unwrap_or_default());
+    mark_replayed(&mut response);
+    Ok(response)
+}
+
+fn mark_replayed(response: &mut HttpResponse) {
+    response.headers_mut().insert(
+        actix_web::http::header::HeaderName::from_static(REPLAYED_HEADER),
+        HeaderValue::from_static("true"),
+    );
+}
+
+/// A claimed key until its request settles it; dropped unsettled (the
+/// client went away mid-request), it settles from what was created.
+struct Pending {
+    state: web::Data<AppState>,
+    org_id: Uuid,
+    key: String,
+    effects: Effects,
+    settled: bool,
+}
+
+impl Pending {
+    async fn settle(
+        mut self,
+        response: Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error>,
+    ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+        self.settled = true;
+        let effects = self.effects.take();
+        let response = match response {
+            Ok(response) => response,
+            Err(err) => {
+                self.store(fallback(&effects)).await;
+                return Err(err);
+            }
+        };
+        if let Some(run_id) = effects.run {
+            self.store(Some(Kept::Run(run_id))).await;
+            return Ok(response.map_into_boxed_body());
+        }
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let streamed = content_type
+            .as_deref()
+            .is_some_and(|ct| ct.starts_with("text/event-stream"));
+        let keep = status.is_success() || effects.job.is_some();
+        let small = matches!(response.response().body().size(), BodySize::Sized(n) if n <= MAX_STORED_BODY)
+            || matches!(response.response().body().size(), BodySize::None);
+        if !keep || streamed || !small {
+            // A stream (chat) is not kept; nor a response too large to keep.
+            self.store(fallback(&effects)).await;
+            return Ok(response.map_into_boxed_body());
+        }
+        let (request, response) = response.into_parts();
+        let (head, body) = response.into_parts();
+        let bytes = match actix_web::body::to_bytes(body).await {
+            Ok(bytes) => bytes,
+            Err(err) => {
+                self.store(fallback(&effects)).await;
+                let err: Box<dyn std::error::Error> = err.into();
+                return Err(ApiError::internal(anyhow::anyhow!(
+                    "response body could not be read: {err}"
+                ))
+                .into());
+            }
+        };
+        let kept = effects.replay_body.clone().unwrap_or_else(|| bytes.clone());
+        self.store(Some(Kept::Response {
+            status,
+            content_type,
+            body: kept,
+        }))
+        .await;
+        let response = head.set_body(bytes).map_into_boxed_body();
+        Ok(ServiceResponse::new(request, response))
+    }
+
+    /// Completes the record with `kept`, or frees the key without one.
+    async fn store(&self, kept: Option<Kept>) {
+        if let Err(err) = settle_record(&self.state, self.org_id, &self.key, kept).await {
+            tracing::error!(error = %err, "idempotency record not settled");
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let kept = fallback(&self.effects.take());
+        let (state, org_id, key) = (
+            self.state.clone(),
+            self.org_id,
+            std::mem::take(&mut self.key),
+        );
+        runtime.spawn(async move {
+            if let Err(err) = settle_record(&state, org_id, &key, kept).await {
+                tracing::error!(error = %err, "idempotency record not settled");
+            }
+        });
+    }
+}
+
+enum Kept {
+    Response {
+        status: StatusCode,
+        content_type: Option<String>,
+        body: Bytes,
+    },
+    Run(Uuid),
+}
+
+/// What a request that created something answers when its own response
+/// is not kept: the job's 202, or the run's stream.
+fn fallback(effects: &EffectsInner) -> Option<Kept> {
+    if let Some(run_id) = effects.run {
+        return Some(Kept::Run(run_id));
+    }
+    effects.job.clone().map(|body| Kept::Response {
+        status: StatusCode::ACCEPTED,
+        content_type: Some("application/json".to_owned()),
+        body,
+    })
+}
+
+async fn settle_record(
+    state: &AppState,
+    org_id: Uuid,
+    key: &str,
+    kept: Option<Kept>,
+) -> Result<(), unigen_db::DbError> {
+    let mut conn = state.pool.get().await?;
+    match kept {
+        None => idempotency::release(&mut conn, org_id, key).await,
+        Some(Kept::Run(run_id)) => {
+            idempotency::complete(
+                &mut conn,
+                org_id,
+                key,
+                &StoredResponse {
+                    status_code: 200,
+                    content_type: Some("text/event-stream"),
+                    body: None,
+                    agent_run_id: Some(run_id),
+                },
+            )
+            .await
+        }
+        Some(Kept::Response {
+            status,
+            content_type,
+            body,
+        }) => {
+            idempotency::complete(
+                &mut conn,
+                org_id,
+                key,
+                &StoredResponse {
+                    status_code: status.as_u16() as i16,
+                    content_type: content_type.as_deref(),
+                    body: Some(&body),
+                    agent_run_id: None,
+                },
+            )
+            .await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(raw: &str) -> Result<String, String> {
+        parse_key(&HeaderValue::from_str(raw).unwrap()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn keys_are_read_bare_or_as_structured_field_strings() {
+        assert_eq!(key("abc-123").unwrap(), "abc-123");
+        assert_eq!(key("\"abc-123\"").unwrap(), "abc-123");
+        assert_eq!(key(r#""a\"b\\c""#).unwrap(), r#"a"b\c"#);
+        assert_eq!(key(&"k".repeat(255)).unwrap().len(), 255);
+        assert!(key(&"k".repeat(256)).unwrap_err().contains("at most 255"));
+        assert!(key("\"\"").unwrap_err().contains("must not be empty"));
+        assert!(key("\"abc").unwrap_err().contains("unterminated"));
+        assert!(key(r#""a\nb""#).unwrap_err().contains("invalid escape"));
+    }
+
+    #[test]
+    fn json_bodies_match_by_content_and_multipart_without_the_boundary() {
+        let id = Uuid::nil();
+        let json = Some("application/json");
+        let a = fingerprint(id, &Method::POST, "/x", "", json, br#"{"a":1,"b":[1,2]}"#);
+        let b = fingerprint(
+            id,
+            &Method::POST,
+            "/x",
+            "",
+            json,
+            b"{ \"b\": [1, 2], \"a\": 1 }",
+        );
+        let c = fingerprint(id, &Method::POST, "/x", "", json, br#"{"a":2,"b":[1,2]}"#);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_ne!(
+            a,
+            fingerprint(id, &Method::POST, "/y", "", json, br#"{"a":1,"b":[1,2]}"#)
+        );
+        assert_ne!(
+            a,
+            fingerprint(
+                Uuid::max(),
+                &Method::POST,
+                "/x",
+                "",
+                json,
+                br#"{"a":1,"b":[1,2]}"#
+            )
+        );
+        let part = |boundary: &str, value: &str| {
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n{value}\r\n--{boundary}--\r\n"
+            )
+        };
+        let multipart = |boundary: &str, value: &str| {
+            fingerprint(
+                id,
+                &Method::POST,
+                "/x",
+                "",
+                Some(&format!("multipart/form-data; boundary={boundary}")),
+                part(boundary, value).as_bytes(),
+            )
+        };
+        assert_eq!(multipart("AAA111", "v"), multipart("BBB222", "v"));
+        assert_ne!(multipart("AAA111", "v"), multipart("AAA111", "w"));
+    }
+}
