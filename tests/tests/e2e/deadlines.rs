@@ -127,7 +127,7 @@ async fn prefer_wait_answers_the_finished_result_within_the_wait() {
         &app,
         "/api/v1/ai-image/generate",
         &[("Prefer", "wait=30")],
-        &json!({"prompt": "a quick legacy lighthouse"}),
+        &json!({"prompt": "a quick legacy lighthouse", "model": "flux-dev"}),
     )
     .await;
     assert_eq!(response.status(), 200);
@@ -392,7 +392,7 @@ async fn a_sync_request_whose_job_passes_its_cancel_after_answers_408() {
         &app,
         "/api/v1/ai-image/generate",
         &[("Cancel-After", "1")],
-        &json!({"prompt": "too slow for the envelope"}),
+        &json!({"prompt": "too slow for the envelope", "model": "flux-dev"}),
     )
     .await;
     let (status, body) = json_of(response).await;
