@@ -47,6 +47,9 @@ pub enum ApiError {
     GenerationFailed(String),
     #[error("the job was cancelled before it finished")]
     JobCancelled,
+    /// A sync request's job was cancelled at its `Cancel-After` deadline (408).
+    #[error("job {0} was cancelled: its Cancel-After deadline passed before it finished")]
+    DeadlineExceeded(uuid::Uuid),
     /// Every upstream of a model failed (after retries and fallbacks).
     #[error("the model provider failed: {0}")]
     Upstream(String),
@@ -130,6 +133,11 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 "invalid_request_error",
                 "job_cancelled",
+            ),
+            ApiError::DeadlineExceeded(_) => (
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                "deadline_exceeded",
             ),
             ApiError::GenerationFailed(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

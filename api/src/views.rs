@@ -41,6 +41,9 @@ pub struct JobView {
     /// Representation B: what the job consumed, once finished.
     #[schema(value_type = Option<GenerationUsage>)]
     pub usage: Option<Value>,
+    /// The request's `Cancel-After` deadline: unfinished by then, the job is
+    /// cancelled (nothing charged). Null without one.
+    pub cancel_after: Option<DateTime<Utc>>,
 }
 
 impl JobView {
@@ -69,6 +72,7 @@ impl JobView {
             created: job.created_at.timestamp(),
             completed: job.completed_at.map(|t| t.timestamp()),
             usage: finished.then(|| job_usage(job)),
+            cancel_after: job.cancel_after,
         }
     }
 }
@@ -310,6 +314,7 @@ mod tests {
             started_at: Some(now),
             completed_at: Some(now),
             usage: None,
+            cancel_after: None,
         }
     }
 

@@ -24,6 +24,8 @@ pub enum Claimed {
     /// This worker owns the job now.
     Ours(Box<Job>),
     /// Taken by another worker, cancelled or finished: a duplicate message.
+    /// Or past its `Cancel-After` deadline: never started (the scheduler
+    /// cancels it).
     NotPending,
     /// No such job: the message is garbage.
     Unknown,

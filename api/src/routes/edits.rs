@@ -7,11 +7,12 @@ use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::edit::{ImageEditRequest, MAX_INPUT_SIDE, MAX_OUTPUT_SIDE, output_size};
 use unigen_core::params::image::ResponseFormat;
 
-use super::generation::{self, Generation, Uploads, image_dimensions, random_seed};
+use super::delivery::{CANCEL_AFTER_DOC, PREFER_DOC};
+use super::generation::{self, Generation, Timing, Uploads, image_dimensions, random_seed};
 use super::multipart::{self, Body, Form, FormSpec};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::{json_body, query_bool};
+use crate::routes::params::json_body;
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, job_usage};
 
@@ -73,13 +74,18 @@ pub struct ImageEditForm {
         (ImageEditRequest = "application/json"),
         (ImageEditForm = "multipart/form-data"),
     )),
-    params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
+    params(
+        ("async" = Option<bool>, Query, description = "Answer at once with the job (default false); given, it decides alone: `Prefer` is then ignored"),
+        ("Prefer" = Option<String>, Header, description = PREFER_DOC),
+        ("Cancel-After" = Option<String>, Header, description = CANCEL_AFTER_DOC),
+    ),
     responses(
-        (status = 200, description = "The edited image", body = crate::openapi::schemas::ImageEditResponse),
-        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
-        (status = 400, description = "image missing, not an image or too large; invalid operation; mask missing for inpainting or objectRemoval; mask size differs; invalid `response_format`; an unexpected file in a form", body = ErrorBody),
+        (status = 200, description = "The edited image", body = crate::openapi::schemas::ImageEditResponse, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `wait=N` (N as applied, at most 60)"))),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`. With `Prefer: respond-async`, at once; with `Prefer: wait=N`, once N seconds passed: the async creation body, as for `async=true`", body = AsyncJobCreated, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `respond-async`, or `wait=N` when the wait passed before the job finished"))),
+        (status = 400, description = "image missing, not an image or too large; invalid operation; mask missing for inpainting or objectRemoval; mask size differs; invalid `response_format`; an unexpected file in a form; a malformed `Cancel-After`, or one over 24 hours (`param`: `Cancel-After`)", body = ErrorBody),
         (status = 402, description = "`quota_exceeded`: the image edit quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: image_edit", body = ErrorBody),
+        (status = 408, description = "`deadline_exceeded`: the job was cancelled at its `Cancel-After` deadline while the request waited (the message names the job); nothing is charged", body = ErrorBody),
         (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
         (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
@@ -97,7 +103,7 @@ pub async fn create_image_edit(
     // The key's scope first: no body is read for a key that cannot use it.
     caller.require(Scope::ImageEdit)?;
     let body = multipart::read_body(&state, &http, payload, &EDIT_FORM).await?;
-    let is_async = query_bool(&query, "async", false)?;
+    let timing = Timing::read(&http, &query, false)?;
     let (request, uploads, from_form) = match body {
         Body::Json(bytes) => (
             json_body::<ImageEditRequest>(&bytes)?,
@@ -154,14 +160,14 @@ pub async fn create_image_edit(
         estimated_credits: model.credits_per_unit,
         quota_units: 1.0,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
-        is_async,
+        timing,
         what: "image edit",
     };
-    let job = match generation::run(&state, &caller, generation)
+    let (job, mut ok) = match generation::run(&state, &caller, generation)
         .await?
         .completed(&state)
     {
-        Ok(job) => job,
+        Ok(done) => done,
         Err(response) => return Ok(*response),
     };
     let output = generation::presented_output(&state, &job)?;
@@ -180,7 +186,7 @@ pub async fn create_image_edit(
             }
         }
     }
-    Ok(HttpResponse::Ok().json(json!({
+    Ok(ok.json(json!({
         "created": job.created_at.timestamp(),
         "data": data,
         "model": job.model,

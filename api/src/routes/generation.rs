@@ -1,18 +1,25 @@
 //! The path every generation endpoint shares: load and store media inputs,
 //! submit the job, answer 202 for `async=true`, or wait and render.
 
-use actix_web::HttpResponse;
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, HttpResponseBuilder};
 use chrono::Utc;
+use tokio::time::Instant;
 use unigen_core::ValidationError;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::{JobStatus, Tool};
 use unigen_core::fetch::{Media, sniff};
 use unigen_core::params::{MediaRef, StoredInput, StoredInputs};
+use unigen_db::DbError;
 use unigen_db::billing::{Bucket, Estimate, to_milli};
 use unigen_db::models::Job;
+use unigen_db::queries::jobs::CANCEL_AFTER_REASON;
 use unigen_jobs::NewJobRequest;
 use uuid::Uuid;
 
+pub use super::delivery::{Delivery, Timing};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::metering::{ConcurrencySlot, record_job_charge};
@@ -163,47 +170,93 @@ pub struct Generation<'a> {
     /// Units of the tool's quota bucket the request asks for (before the
     /// tier multiplier): images, seconds, characters, tracks.
     pub quota_units: f64,
-    pub is_async: bool,
+    /// `?async`, `Prefer` and `Cancel-After`.
+    pub timing: Timing,
     /// Used in the error of a failed sync job: "<what> failed: <reason>".
     pub what: &'static str,
 }
 
 /// What a generation request led to.
 pub enum Outcome {
-    /// `async=true`: the job was accepted.
+    /// Answered at once (`async`, `Prefer: respond-async`), or the
+    /// `Prefer: wait` passed first: the async creation answer.
     Accepted(Job),
-    /// Sync, but the wait limit passed first.
+    /// Sync, but the server's wait limit passed first.
     StillRunning(Job),
     /// The job completed; the endpoint renders its response.
     Completed(Job),
 }
 
-impl Outcome {
-    /// The completed job, or the standard 202 answer: the async creation
-    /// body, or the job itself when the wait limit passed.
-    pub fn completed(self, state: &AppState) -> Result<Job, Box<HttpResponse>> {
-        match self {
-            Outcome::Completed(job) => Ok(job),
+/// An [`Outcome`] and the `Prefer` preference the request applied.
+pub struct Answer {
+    pub outcome: Outcome,
+    preference_applied: Option<String>,
+}
+
+impl Answer {
+    /// A response of `status` carrying `Preference-Applied` when a
+    /// preference was applied.
+    pub fn respond(&self, status: StatusCode) -> HttpResponseBuilder {
+        respond(status, self.preference_applied.as_deref())
+    }
+
+    /// The completed job and the start of its 200 answer, or the standard
+    /// 202 answer: the async creation body, or the job itself when the sync
+    /// wait limit passed.
+    pub fn completed(
+        self,
+        state: &AppState,
+    ) -> Result<(Job, HttpResponseBuilder), Box<HttpResponse>> {
+        let applied = self.preference_applied.as_deref();
+        match self.outcome {
+            Outcome::Completed(job) => Ok((job, respond(StatusCode::OK, applied))),
             Outcome::Accepted(job) => Err(Box::new(
-                HttpResponse::Accepted().json(AsyncJobCreated::from(&job)),
+                respond(StatusCode::ACCEPTED, applied).json(AsyncJobCreated::from(&job)),
             )),
             Outcome::StillRunning(job) => Err(Box::new(
-                HttpResponse::Accepted().json(JobView::new(&job, &state.signer, Utc::now())),
+                respond(StatusCode::ACCEPTED, applied).json(JobView::new(
+                    &job,
+                    &state.signer,
+                    Utc::now(),
+                )),
             )),
         }
     }
 }
 
-/// Submits; answers 202 with the job for `async`, or waits for the job and
-/// returns it completed (a failed or cancelled job is an error).
+fn respond(status: StatusCode, preference_applied: Option<&str>) -> HttpResponseBuilder {
+    let mut builder = HttpResponse::build(status);
+    if let Some(applied) = preference_applied {
+        builder.insert_header(("Preference-Applied", applied));
+    }
+    builder
+}
+
+/// Submits; answers at once for `async` (or `Prefer: respond-async`), or
+/// waits (the server's sync limit, or `Prefer: wait`) and returns the job
+/// completed (a failed or cancelled job is an error).
 pub async fn run(
     state: &AppState,
     caller: &Caller,
     generation: Generation<'_>,
-) -> Result<Outcome, ApiError> {
+) -> Result<Answer, ApiError> {
     // Held while this request submits and, if sync, waits.
     let _slot = ConcurrencySlot::acquire(state, caller).await?;
     let estimate = estimate(&generation);
+    let Timing {
+        delivery,
+        cancel_after,
+    } = generation.timing;
+    let answer = |outcome| Answer {
+        outcome,
+        preference_applied: delivery.preference_applied(),
+    };
+    let cancel_after = match cancel_after {
+        Some(after) => {
+            Some(Utc::now() + chrono::Duration::from_std(after).map_err(ApiError::internal)?)
+        }
+        None => None,
+    };
     let job = state
         .submitter
         .submit(NewJobRequest {
@@ -213,29 +266,82 @@ pub async fn run(
             model: generation.model,
             input_params: generation.params,
             estimate,
+            cancel_after,
         })
         .await?;
     state.metrics.job_submitted(generation.tool);
     if let Ok(accepted) = serde_json::to_vec(&AsyncJobCreated::from(&job)) {
         caller.effects.job_submitted(accepted.into());
     }
-    if generation.is_async {
-        return Ok(Outcome::Accepted(job));
-    }
-    let job = wait::until_finished(state, caller.org_id, job.id, state.limits.sync_wait).await?;
+    let limit = match delivery {
+        Delivery::Async | Delivery::RespondAsync => return Ok(answer(Outcome::Accepted(job))),
+        Delivery::Wait(seconds) => Duration::from_secs(seconds),
+        Delivery::Sync => state.limits.sync_wait,
+    };
+    let job = wait_within(state, caller.org_id, &job, limit).await?;
     match job.status.parse::<JobStatus>() {
         Ok(JobStatus::Completed) => {
             record_job_charge(state, caller, job.actual_credits.unwrap_or(0)).await;
-            Ok(Outcome::Completed(job))
+            Ok(answer(Outcome::Completed(job)))
         }
         Ok(JobStatus::Failed) => Err(ApiError::GenerationFailed(format!(
             "{} failed: {}",
             generation.what,
             job.error_message.as_deref().unwrap_or("unknown error")
         ))),
+        Ok(JobStatus::Cancelled) if job.error_message.as_deref() == Some(CANCEL_AFTER_REASON) => {
+            Err(ApiError::DeadlineExceeded(job.id))
+        }
         Ok(JobStatus::Cancelled) => Err(ApiError::JobCancelled),
-        Ok(JobStatus::Pending | JobStatus::Processing) | Err(_) => Ok(Outcome::StillRunning(job)),
+        Ok(JobStatus::Pending | JobStatus::Processing) | Err(_) => Ok(answer(match delivery {
+            Delivery::Wait(_) => Outcome::Accepted(job),
+            _ => Outcome::StillRunning(job),
+        })),
     }
+}
+
+/// Waits up to `limit` for the job to finish. A `Cancel-After` deadline
+/// within the wait ends it there: the job is cancelled now, exactly as the
+/// scheduler's sweep would (reservation released, event, worker woken), so
+/// the request answers at the deadline rather than at the sweep's round.
+async fn wait_within(
+    state: &AppState,
+    org_id: Uuid,
+    submitted: &Job,
+    limit: Duration,
+) -> Result<Job, ApiError> {
+    let started = Instant::now();
+    let id = submitted.id;
+    let until_deadline = submitted
+        .cancel_after
+        .map(|at| (at - Utc::now()).to_std().unwrap_or_default());
+    let first = until_deadline.map_or(limit, |left| left.min(limit));
+    let mut job = wait::until_finished(state, org_id, id, first).await?;
+    if !is_terminal(&job) && job.cancel_after.is_some_and(|at| at <= Utc::now()) {
+        let cancelled = {
+            let mut conn = state.pool.get().await.map_err(DbError::from)?;
+            unigen_jobs::cancel_one_past_deadline(&mut conn, org_id, id).await?
+        };
+        if let Some(cancelled) = cancelled {
+            // Wakes the worker running it (it aborts) and the event delivery.
+            state.notifier.job_changed(id);
+            state.notifier.events_recorded();
+            return Ok(cancelled);
+        }
+    }
+    // Finished meanwhile, or the database's clock is behind ours (the sweep
+    // cancels it then): the rest of the wait as usual.
+    let waited = started.elapsed();
+    if !is_terminal(&job) && waited < limit {
+        job = wait::until_finished(state, org_id, id, limit - waited).await?;
+    }
+    Ok(job)
+}
+
+fn is_terminal(job: &Job) -> bool {
+    job.status
+        .parse::<JobStatus>()
+        .is_ok_and(JobStatus::is_terminal)
 }
 
 /// The credits and quota units a generation holds until it settles.

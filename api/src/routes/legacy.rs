@@ -8,7 +8,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use actix_web::{HttpResponse, ResponseError, post, web};
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder, ResponseError, post, web};
 use serde_json::{Value, json};
 use unigen_core::domain::{Scope, Tool};
 use unigen_core::params::image::ImageParams;
@@ -17,10 +18,11 @@ use unigen_core::params::legacy::{
 };
 use unigen_db::models::Job;
 
-use super::generation::{self, Generation, Outcome, random_seed};
+use super::delivery::{CANCEL_AFTER_DOC, PREFER_DOC};
+use super::generation::{self, Generation, Outcome, Timing, random_seed};
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::routes::params::{json_body, query_bool};
+use crate::routes::params::json_body;
 use crate::state::AppState;
 
 fn envelope_error(err: &ApiError, started: Instant) -> HttpResponse {
@@ -43,8 +45,13 @@ fn envelope_error(err: &ApiError, started: Instant) -> HttpResponse {
     }))
 }
 
-fn envelope_ok(job: &Job, data: Value, started: Instant) -> HttpResponse {
-    HttpResponse::Ok().json(json!({
+fn envelope_ok(
+    mut ok: HttpResponseBuilder,
+    job: &Job,
+    data: Value,
+    started: Instant,
+) -> HttpResponse {
+    ok.json(json!({
         "success": true,
         "data": data,
         "error": null,
@@ -60,7 +67,7 @@ fn envelope_ok(job: &Job, data: Value, started: Instant) -> HttpResponse {
 async fn submit(
     state: &AppState,
     caller: &Caller,
-    is_async: bool,
+    timing: Timing,
     params: ImageParams,
     extras: LegacyExtras,
     started: Instant,
@@ -82,13 +89,15 @@ async fn submit(
         estimated_credits: model.credits_per_unit * i64::from(params.n),
         quota_units: f64::from(params.n),
         params: stored,
-        is_async,
+        timing,
         what: "image generation",
     };
-    let job = match generation::run(state, caller, generation).await? {
+    let answer = generation::run(state, caller, generation).await?;
+    let ok = answer.respond(StatusCode::OK);
+    let job = match answer.outcome {
         Outcome::Completed(job) => job,
-        Outcome::Accepted(job) | Outcome::StillRunning(job) => {
-            return Ok(HttpResponse::Accepted().json(json!({
+        Outcome::Accepted(ref job) | Outcome::StillRunning(ref job) => {
+            return Ok(answer.respond(StatusCode::ACCEPTED).json(json!({
                 "success": true,
                 "data": { "job_id": job.id, "status": job.status },
                 "error": null,
@@ -117,13 +126,14 @@ async fn submit(
         "prompt": params.prompt,
         "job_id": job.id,
     });
-    Ok(envelope_ok(&job, data, started))
+    Ok(envelope_ok(ok, &job, data, started))
 }
 
 /// Auth, then parse and validate, then submit; every outcome in the envelope.
 async fn handle<R: LegacyRequest>(
     state: &AppState,
     caller: Result<Caller, ApiError>,
+    http: &HttpRequest,
     query: &HashMap<String, String>,
     body: &[u8],
 ) -> HttpResponse {
@@ -131,10 +141,10 @@ async fn handle<R: LegacyRequest>(
     let result = async {
         let caller = caller?;
         caller.require(Scope::Image)?;
-        let is_async = query_bool(query, "async", false)?;
+        let timing = Timing::read(http, query, false)?;
         let request: R = json_body(body)?;
         let (params, extras) = request.validate(random_seed())?;
-        submit(state, &caller, is_async, params, extras, started).await
+        submit(state, &caller, timing, params, extras, started).await
     }
     .await;
     result.unwrap_or_else(|err| envelope_error(&err, started))
@@ -144,14 +154,19 @@ async fn handle<R: LegacyRequest>(
 #[utoipa::path(
     tag = "legacy",
     request_body = LegacyGenerateRequest,
-    params(("async" = Option<bool>, Query, description = "Answer at once with the job id (default false)")),
+    params(
+        ("async" = Option<bool>, Query, description = "Answer at once with the job id (default false); given, it decides alone: `Prefer` is then ignored"),
+        ("Prefer" = Option<String>, Header, description = PREFER_DOC),
+        ("Cancel-After" = Option<String>, Header, description = CANCEL_AFTER_DOC),
+    ),
     responses(
-        (status = 200, description = "The images, in the envelope `{success: true, data, error: null, meta}`", body = crate::openapi::schemas::LegacyImageEnvelope),
-        (status = 202, description = "The job is not finished (`async=true`, or the sync wait limit passed): poll `GET /jobs/{job_id}`", body = crate::openapi::schemas::LegacyAcceptedEnvelope),
-        (status = 400, description = "`invalid_request`: an invalid field (`error.field` names it), or an invalid `async`", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 200, description = "The images, in the envelope `{success: true, data, error: null, meta}`", body = crate::openapi::schemas::LegacyImageEnvelope, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `wait=N` (N as applied, at most 60)"))),
+        (status = 202, description = "The job is not finished (`async=true`, or the sync wait limit passed): poll `GET /jobs/{job_id}`. With `Prefer: respond-async`, at once; with `Prefer: wait=N`, once N seconds passed: the async creation body, as for `async=true`", body = crate::openapi::schemas::LegacyAcceptedEnvelope, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `respond-async`, or `wait=N` when the wait passed before the job finished"))),
+        (status = 400, description = "`invalid_request`: an invalid field (`error.field` names it), or an invalid `async`; a malformed `Cancel-After`, or one over 24 hours (`param`: `Cancel-After`)", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 401, description = "`unauthorized`: invalid or missing API key, or the key has expired", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 402, description = "`quota_exceeded`: the image generation quota, the credits or the overage hard limit", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 403, description = "`forbidden`: the key lacks scope `image`, or the organization is suspended", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 408, description = "`deadline_exceeded`: the job was cancelled at its `Cancel-After` deadline while the request waited (the message names the job); nothing is charged", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit (rejected before the handler: the JSON error body, not the envelope)", body = crate::error::ErrorBody),
         (status = 429, description = "`rate_limited`: the key's request rate or the plan's concurrent requests are used up (no `Retry-After` here)", body = crate::openapi::schemas::LegacyErrorEnvelope),
@@ -164,24 +179,30 @@ async fn handle<R: LegacyRequest>(
 pub async fn legacy_generate(
     state: web::Data<AppState>,
     caller: Result<Caller, ApiError>,
+    http: HttpRequest,
     query: web::Query<HashMap<String, String>>,
     body: web::Bytes,
 ) -> HttpResponse {
-    handle::<LegacyGenerateRequest>(&state, caller, &query, &body).await
+    handle::<LegacyGenerateRequest>(&state, caller, &http, &query, &body).await
 }
 
 /// Legacy logo generation (envelope response): an emblem and the brand name.
 #[utoipa::path(
     tag = "legacy",
     request_body = LegacyLogoRequest,
-    params(("async" = Option<bool>, Query, description = "Answer at once with the job id (default false)")),
+    params(
+        ("async" = Option<bool>, Query, description = "Answer at once with the job id (default false); given, it decides alone: `Prefer` is then ignored"),
+        ("Prefer" = Option<String>, Header, description = PREFER_DOC),
+        ("Cancel-After" = Option<String>, Header, description = CANCEL_AFTER_DOC),
+    ),
     responses(
-        (status = 200, description = "The logo, in the envelope of /ai-image/generate", body = crate::openapi::schemas::LegacyImageEnvelope),
-        (status = 202, description = "The job is not finished (`async=true`, or the sync wait limit passed): poll `GET /jobs/{job_id}`", body = crate::openapi::schemas::LegacyAcceptedEnvelope),
-        (status = 400, description = "`invalid_request`: an invalid field (`error.field` names it), or an invalid `async`", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 200, description = "The logo, in the envelope of /ai-image/generate", body = crate::openapi::schemas::LegacyImageEnvelope, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `wait=N` (N as applied, at most 60)"))),
+        (status = 202, description = "The job is not finished (`async=true`, or the sync wait limit passed): poll `GET /jobs/{job_id}`. With `Prefer: respond-async`, at once; with `Prefer: wait=N`, once N seconds passed: the async creation body, as for `async=true`", body = crate::openapi::schemas::LegacyAcceptedEnvelope, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `respond-async`, or `wait=N` when the wait passed before the job finished"))),
+        (status = 400, description = "`invalid_request`: an invalid field (`error.field` names it), or an invalid `async`; a malformed `Cancel-After`, or one over 24 hours (`param`: `Cancel-After`)", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 401, description = "`unauthorized`: invalid or missing API key, or the key has expired", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 402, description = "`quota_exceeded`: the image generation quota, the credits or the overage hard limit", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 403, description = "`forbidden`: the key lacks scope `image`, or the organization is suspended", body = crate::openapi::schemas::LegacyErrorEnvelope),
+        (status = 408, description = "`deadline_exceeded`: the job was cancelled at its `Cancel-After` deadline while the request waited (the message names the job); nothing is charged", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = crate::openapi::schemas::LegacyErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit (rejected before the handler: the JSON error body, not the envelope)", body = crate::error::ErrorBody),
         (status = 429, description = "`rate_limited`: the key's request rate or the plan's concurrent requests are used up (no `Retry-After` here)", body = crate::openapi::schemas::LegacyErrorEnvelope),
@@ -194,8 +215,9 @@ pub async fn legacy_generate(
 pub async fn legacy_logo(
     state: web::Data<AppState>,
     caller: Result<Caller, ApiError>,
+    http: HttpRequest,
     query: web::Query<HashMap<String, String>>,
     body: web::Bytes,
 ) -> HttpResponse {
-    handle::<LegacyLogoRequest>(&state, caller, &query, &body).await
+    handle::<LegacyLogoRequest>(&state, caller, &http, &query, &body).await
 }

@@ -5,6 +5,7 @@ mod agents;
 mod billing;
 mod chat;
 mod chat_stream;
+mod delivery;
 mod edits;
 mod embeddings;
 mod files;

@@ -1,15 +1,16 @@
 use std::collections::HashMap;
 
-use actix_web::{HttpResponse, post, web};
+use actix_web::{HttpRequest, HttpResponse, post, web};
 use serde_json::json;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::music::MusicGenerationRequest;
 
-use super::generation::{self, Generation, random_seed};
+use super::delivery::{CANCEL_AFTER_DOC, PREFER_DOC};
+use super::generation::{self, Generation, Timing, random_seed};
 use super::transcriptions::audio_length;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::{json_body, query_bool};
+use crate::routes::params::json_body;
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, job_usage};
 
@@ -22,13 +23,18 @@ const MAX_SOURCE_AUDIO_SECONDS: f64 = 600.0;
 #[utoipa::path(
     tag = "music",
     request_body = MusicGenerationRequest,
-    params(("async" = Option<bool>, Query, description = "Default true: answer at once with the job")),
+    params(
+        ("async" = Option<bool>, Query, description = "Default true: answer at once with the job; given, it decides alone: `Prefer` is then ignored"),
+        ("Prefer" = Option<String>, Header, description = PREFER_DOC),
+        ("Cancel-After" = Option<String>, Header, description = CANCEL_AFTER_DOC),
+    ),
     responses(
-        (status = 200, description = "The track (`async=false`)", body = crate::openapi::schemas::MusicGenerationResponse),
-        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
-        (status = 400, description = "prompt missing; duration_seconds above the model maximum; source_audio not audio or longer than 10 minutes", body = ErrorBody),
+        (status = 200, description = "The track (`async=false`)", body = crate::openapi::schemas::MusicGenerationResponse, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `wait=N` (N as applied, at most 60)"))),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`. With `Prefer: respond-async`, at once; with `Prefer: wait=N`, once N seconds passed: the async creation body, as for `async=true`", body = AsyncJobCreated, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `respond-async`, or `wait=N` when the wait passed before the job finished"))),
+        (status = 400, description = "prompt missing; duration_seconds above the model maximum; source_audio not audio or longer than 10 minutes; a malformed `Cancel-After`, or one over 24 hours (`param`: `Cancel-After`)", body = ErrorBody),
         (status = 402, description = "`quota_exceeded`: the music track quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: music", body = ErrorBody),
+        (status = 408, description = "`deadline_exceeded`: the job was cancelled at its `Cancel-After` deadline while the request waited (the message names the job); nothing is charged", body = ErrorBody),
         (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
         (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
@@ -40,11 +46,12 @@ const MAX_SOURCE_AUDIO_SECONDS: f64 = 600.0;
 pub async fn create_music_generation(
     state: web::Data<AppState>,
     caller: Caller,
+    http: HttpRequest,
     query: web::Query<HashMap<String, String>>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Music)?;
-    let is_async = query_bool(&query, "async", true)?;
+    let timing = Timing::read(&http, &query, true)?;
     let request: MusicGenerationRequest = json_body(&body)?;
     let model = state
         .catalogue
@@ -62,18 +69,18 @@ pub async fn create_music_generation(
         estimated_credits: model.credits_per_unit,
         quota_units: 1.0,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
-        is_async,
+        timing,
         what: "music generation",
     };
-    let job = match generation::run(&state, &caller, generation)
+    let (job, mut ok) = match generation::run(&state, &caller, generation)
         .await?
         .completed(&state)
     {
-        Ok(job) => job,
+        Ok(done) => done,
         Err(response) => return Ok(*response),
     };
     let output = generation::presented_output(&state, &job)?;
-    Ok(HttpResponse::Ok().json(json!({
+    Ok(ok.json(json!({
         "created": job.created_at.timestamp(),
         "data": { "audio_url": output["audio"]["url"], "duration_seconds": output["audio"]["duration_seconds"] },
         "model": job.model,

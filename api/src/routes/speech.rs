@@ -7,10 +7,11 @@ use unigen_core::audio::AudioFormat;
 use unigen_core::domain::{ModelCategory, Scope, Tool};
 use unigen_core::params::speech::SpeechRequest;
 
-use super::generation::{self, Generation};
+use super::delivery::{CANCEL_AFTER_DOC, PREFER_DOC};
+use super::generation::{self, Generation, Timing};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::{json_body, query_bool};
+use crate::routes::params::json_body;
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, job_usage};
 
@@ -40,7 +41,11 @@ fn content_type(format: &str) -> &'static str {
 #[utoipa::path(
     tag = "audio",
     request_body = SpeechRequest,
-    params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
+    params(
+        ("async" = Option<bool>, Query, description = "Answer at once with the job (default false); given, it decides alone: `Prefer` is then ignored"),
+        ("Prefer" = Option<String>, Header, description = PREFER_DOC),
+        ("Cancel-After" = Option<String>, Header, description = CANCEL_AFTER_DOC),
+    ),
     responses(
         (status = 200, description = "JSON with `audio_url`; or, for `Accept: audio/*` or `application/octet-stream`, the audio itself in its `response_format`: mp3 `audio/mpeg`, wav `audio/wav`, opus `audio/ogg`, aac `audio/aac`, flac `audio/flac`, pcm `audio/pcm`", content(
             (crate::openapi::schemas::SpeechResponse = "application/json"),
@@ -50,11 +55,12 @@ fn content_type(format: &str) -> &'static str {
             ("audio/aac"),
             ("audio/flac"),
             ("audio/pcm"),
-        )),
-        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
-        (status = 400, description = "input missing or empty; input longer than 10,000 chars; speed outside 0.25 to 4.0; response_format not mp3, wav, opus, aac, flac or pcm", body = ErrorBody),
+        ), headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `wait=N` (N as applied, at most 60)"))),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`. With `Prefer: respond-async`, at once; with `Prefer: wait=N`, once N seconds passed: the async creation body, as for `async=true`", body = AsyncJobCreated, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `respond-async`, or `wait=N` when the wait passed before the job finished"))),
+        (status = 400, description = "input missing or empty; input longer than 10,000 chars; speed outside 0.25 to 4.0; response_format not mp3, wav, opus, aac, flac or pcm; a malformed `Cancel-After`, or one over 24 hours (`param`: `Cancel-After`)", body = ErrorBody),
         (status = 402, description = "`quota_exceeded`: the speech characters quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: tts", body = ErrorBody),
+        (status = 408, description = "`deadline_exceeded`: the job was cancelled at its `Cancel-After` deadline while the request waited (the message names the job); nothing is charged", body = ErrorBody),
         (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
         (status = 500, description = "`generation_failed`: the job failed; or an internal error", body = ErrorBody),
@@ -70,7 +76,7 @@ pub async fn create_speech(
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Tts)?;
-    let is_async = query_bool(&query, "async", false)?;
+    let timing = Timing::read(&http, &query, false)?;
     let request: SpeechRequest = json_body(&body)?;
     let model = state.catalogue.resolve_capable(
         request.model.as_deref(),
@@ -88,14 +94,14 @@ pub async fn create_speech(
         estimated_credits: model.credits_per_unit * ((characters + 999) / 1000),
         quota_units: characters as f64,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
-        is_async,
+        timing,
         what: "speech synthesis",
     };
-    let job = match generation::run(&state, &caller, generation)
+    let (job, mut ok) = match generation::run(&state, &caller, generation)
         .await?
         .completed(&state)
     {
-        Ok(job) => job,
+        Ok(done) => done,
         Err(response) => return Ok(*response),
     };
     if raw {
@@ -110,12 +116,12 @@ pub async fn create_speech(
             .await
             .map_err(ApiError::internal)?
             .ok_or_else(|| generation::malformed(&job))?;
-        return Ok(HttpResponse::Ok()
+        return Ok(ok
             .content_type(content_type(&params_format(&job)))
             .body(bytes));
     }
     let output = generation::presented_output(&state, &job)?;
-    Ok(HttpResponse::Ok().json(json!({
+    Ok(ok.json(json!({
         "created": job.created_at.timestamp(),
         "audio_url": output["audio_url"],
         "duration_seconds": output["duration_seconds"],

@@ -8,11 +8,12 @@ use unigen_core::params::transcription::{Transcript, TranscriptionRequest, witho
 use unigen_core::{ProviderError, ValidationError};
 use unigen_providers::vendor::Capability;
 
-use super::generation::{self, Generation, Uploads};
+use super::delivery::{CANCEL_AFTER_DOC, PREFER_DOC};
+use super::generation::{self, Generation, Timing, Uploads};
 use super::multipart::{self, Body, Form, FormSpec};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::{json_body, query_bool};
+use crate::routes::params::json_body;
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, job_usage};
 
@@ -68,18 +69,23 @@ pub struct TranscriptionForm {
         (TranscriptionRequest = "application/json"),
         (TranscriptionForm = "multipart/form-data"),
     )),
-    params(("async" = Option<bool>, Query, description = "Answer at once with the job (default false)")),
+    params(
+        ("async" = Option<bool>, Query, description = "Answer at once with the job (default false); given, it decides alone: `Prefer` is then ignored"),
+        ("Prefer" = Option<String>, Header, description = PREFER_DOC),
+        ("Cancel-After" = Option<String>, Header, description = CANCEL_AFTER_DOC),
+    ),
     responses(
         (status = 200, description = "Transcript (JSON, OpenAI's verbose JSON, text, SRT or WebVTT, by `response_format`: `json` and `verbose_json` as JSON, `text` as text/plain, `srt` as application/x-subrip, `vtt` as text/vtt)", content(
             (crate::openapi::schemas::TranscriptionResponse = "application/json"),
             (String = "text/plain"),
             (String = "application/x-subrip"),
             (String = "text/vtt"),
-        )),
-        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`", body = AsyncJobCreated),
-        (status = 400, description = "file missing, not audio, too large or longer than `jobs.max_audio_seconds` (default 2 hours); an invalid field; an unexpected file in a form", body = ErrorBody),
+        ), headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `wait=N` (N as applied, at most 60)"))),
+        (status = 202, description = "Async job created, or the sync wait limit passed (the job itself): `JobAccepted`. With `Prefer: respond-async`, at once; with `Prefer: wait=N`, once N seconds passed: the async creation body, as for `async=true`", body = AsyncJobCreated, headers(("Preference-Applied" = String, description = "The `Prefer` preference applied: `respond-async`, or `wait=N` when the wait passed before the job finished"))),
+        (status = 400, description = "file missing, not audio, too large or longer than `jobs.max_audio_seconds` (default 2 hours); an invalid field; an unexpected file in a form; a malformed `Cancel-After`, or one over 24 hours (`param`: `Cancel-After`)", body = ErrorBody),
         (status = 402, description = "`quota_exceeded`: the transcription seconds quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 403, description = "API key does not have required scope: stt", body = ErrorBody),
+        (status = 408, description = "`deadline_exceeded`: the job was cancelled at its `Cancel-After` deadline while the request waited (the message names the job); nothing is charged", body = ErrorBody),
         (status = 409, description = "`job_cancelled`: the job was cancelled while the request waited", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
         (status = 500, description = "`generation_failed`: the transcription failed; or an internal error", body = ErrorBody),
@@ -98,12 +104,12 @@ pub async fn create_transcription(
     // The key's scope first: no body is read for a key that cannot use it.
     caller.require(Scope::Stt)?;
     let body = multipart::read_body(&state, &http, payload, &TRANSCRIPTION_FORM).await?;
-    let is_async = query_bool(&query, "async", false)?;
+    let timing = Timing::read(&http, &query, false)?;
     let (request, uploads) = match body {
         Body::Json(bytes) => (json_body::<TranscriptionRequest>(&bytes)?, Uploads::new()),
         Body::Form(form) => transcription_request(form)?,
     };
-    transcribe(&state, &caller, request, uploads, is_async).await
+    transcribe(&state, &caller, request, uploads, timing).await
 }
 
 /// The transcription request a form carries (uploaded audio in the uploads).
@@ -160,7 +166,7 @@ pub(super) async fn transcribe(
     caller: &Caller,
     request: TranscriptionRequest,
     uploads: Uploads,
-    is_async: bool,
+    timing: Timing,
 ) -> Result<HttpResponse, ApiError> {
     let model = state.catalogue.resolve_capable(
         request.model.as_deref(),
@@ -213,18 +219,18 @@ pub(super) async fn transcribe(
         estimated_credits: model.credits_per_unit * minutes,
         quota_units: duration_seconds,
         params: serde_json::to_value(&params).map_err(ApiError::internal)?,
-        is_async,
+        timing,
         what: if translated {
             "translation"
         } else {
             "transcription"
         },
     };
-    let job = match generation::run(state, caller, generation)
+    let (job, mut ok) = match generation::run(state, caller, generation)
         .await?
         .completed(state)
     {
-        Ok(job) => job,
+        Ok(done) => done,
         Err(response) => return Ok(*response),
     };
     let output = job
@@ -234,13 +240,13 @@ pub(super) async fn transcribe(
     let transcript: Transcript =
         serde_json::from_value(output.clone()).map_err(|_| generation::malformed(&job))?;
     Ok(match format.as_str() {
-        "text" => HttpResponse::Ok()
+        "text" => ok
             .content_type("text/plain; charset=utf-8")
             .body(format!("{}\n", transcript.text)),
-        "srt" => HttpResponse::Ok()
+        "srt" => ok
             .content_type("application/x-subrip; charset=utf-8")
             .body(transcript.to_srt()),
-        "vtt" => HttpResponse::Ok()
+        "vtt" => ok
             .content_type("text/vtt; charset=utf-8")
             .body(transcript.to_vtt()),
         "verbose_json" => {
@@ -249,14 +255,14 @@ pub(super) async fn transcribe(
             body["model_tier"] = json!(job.model_tier);
             // OpenAI's usage of audio models; credits are in the headers.
             body["usage"] = json!({ "type": "duration", "seconds": transcript.duration });
-            HttpResponse::Ok().json(body)
+            ok.json(body)
         }
         _ => {
             let mut body = without_decoding(output);
             body["model"] = json!(job.model);
             body["model_tier"] = json!(job.model_tier);
             body["usage"] = job_usage(&job);
-            HttpResponse::Ok().json(body)
+            ok.json(body)
         }
     })
 }

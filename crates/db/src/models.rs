@@ -120,6 +120,8 @@ pub struct Job {
     pub completed_at: Option<DateTime<Utc>>,
     /// The settled usage object (set with the result).
     pub usage: Option<serde_json::Value>,
+    /// `Cancel-After`: unfinished by then, the job is cancelled.
+    pub cancel_after: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Insertable)]
@@ -133,6 +135,7 @@ pub struct NewJob<'a> {
     pub model_tier: &'a str,
     pub input_params: &'a serde_json::Value,
     pub estimated_credits: i64,
+    pub cancel_after: Option<DateTime<Utc>>,
 }
 
 /// An outbox row: `type` is the event kind, `data` its payload.

@@ -73,6 +73,7 @@ diesel::table! {
         started_at -> Nullable<Timestamptz>,
         completed_at -> Nullable<Timestamptz>,
         usage -> Nullable<Jsonb>,
+        cancel_after -> Nullable<Timestamptz>,
     }
 }
 

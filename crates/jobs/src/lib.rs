@@ -10,4 +10,7 @@ pub mod queue;
 mod submit;
 pub mod webhooks;
 
-pub use submit::{JobSubmitter, NewJobRequest, SubmitError, cancel};
+pub use submit::{
+    JobSubmitter, NewJobRequest, SubmitError, cancel, cancel_one_past_deadline,
+    cancel_past_deadline,
+};

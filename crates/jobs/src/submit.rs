@@ -1,6 +1,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use uuid::Uuid;
 
@@ -35,6 +36,8 @@ pub struct NewJobRequest<'a> {
     pub input_params: serde_json::Value,
     /// Held at submission, settled on completion, released otherwise.
     pub estimate: Estimate,
+    /// `Cancel-After`: unfinished by then, the job is cancelled.
+    pub cancel_after: Option<DateTime<Utc>>,
 }
 
 /// A job to persist, owned so that a batch task can write it.
@@ -47,6 +50,7 @@ struct Pending {
     model_tier: &'static str,
     input_params: serde_json::Value,
     estimate: Estimate,
+    cancel_after: Option<DateTime<Utc>>,
 }
 
 impl Pending {
@@ -60,6 +64,7 @@ impl Pending {
             model_tier: self.model_tier,
             input_params: &self.input_params,
             estimated_credits: self.estimate.credits,
+            cancel_after: self.cancel_after,
         }
     }
 }
@@ -134,6 +139,7 @@ impl JobSubmitter {
             model_tier: request.model.tier.as_str(),
             input_params: request.input_params,
             estimate: request.estimate,
+            cancel_after: request.cancel_after,
         });
         let persisted = match self.submissions.call(pending.clone()).await {
             Some(persisted) => persisted,
@@ -227,4 +233,65 @@ pub async fn cancel(
         Ok(outcome)
     })
     .await
+}
+
+/// Cancels unfinished jobs whose `Cancel-After` deadline passed, at most
+/// `limit`, as [`cancel`] does (the reservation released with a `cancelled`
+/// usage record: nothing charged), with a reason and a `generation.failed`
+/// event each, in one transaction. Callers notify the jobs (waking their
+/// workers, which abort) and the event delivery.
+pub async fn cancel_past_deadline(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+) -> Result<Vec<Job>, DbError> {
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let mut cancelled = queries::jobs::cancel_past_deadline(conn, limit).await?;
+        record_deadline_cancellations(conn, &mut cancelled).await?;
+        Ok(cancelled)
+    })
+    .await
+}
+
+/// [`cancel_past_deadline`] for one job of the organization (a sync request
+/// whose deadline came while it waited); `None` when the job is finished or
+/// its deadline has not passed on the database's clock.
+pub async fn cancel_one_past_deadline(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<Option<Job>, DbError> {
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let mut cancelled = queries::jobs::cancel_one_past_deadline(conn, org_id, id).await?;
+        record_deadline_cancellations(conn, &mut cancelled).await?;
+        Ok(cancelled.pop())
+    })
+    .await
+}
+
+/// The events and the released reservations of jobs just cancelled at their
+/// deadline; billing rows are taken in organization order, as a worker's
+/// settlement takes them, so the two never wait on each other.
+async fn record_deadline_cancellations(
+    conn: &mut AsyncPgConnection,
+    cancelled: &mut [Job],
+) -> Result<(), DbError> {
+    cancelled.sort_by_key(|job| (job.org_id, job.id));
+    let events: Vec<_> = cancelled
+        .iter()
+        .map(|job| {
+            unigen_db::events::generation_failed(
+                job.org_id,
+                job.id,
+                &job.tool,
+                &job.model,
+                queries::jobs::CANCEL_AFTER_REASON,
+            )
+        })
+        .collect();
+    queries::events::insert_many(conn, &events).await?;
+    for job in cancelled.iter() {
+        let record = unigen_db::billing::job_usage_record(job, "cancelled");
+        queries::billing::release(conn, job.id, Some(record)).await?;
+    }
+    Ok(())
 }

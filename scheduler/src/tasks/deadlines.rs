@@ -1,6 +1,8 @@
 //! Job deadlines: a processing job whose attempt has run longer than its
-//! tool's `jobs.max_run_seconds` fails with a reason. The worker running it
-//! is woken by the job's notification, finds the job no longer its own and
+//! tool's `jobs.max_run_seconds` fails with a reason, and an unfinished job
+//! whose `Cancel-After` deadline passed is cancelled (nothing charged, a
+//! `generation.failed` event with the reason). The worker running either is
+//! woken by the job's notification, finds the job no longer its own and
 //! aborts the provider call (or, without the notification, at its next lease
 //! renewal).
 
@@ -64,11 +66,22 @@ impl Deadlines {
             tracing::warn!(job.id = %job.id, tool = %job.tool, attempt = job.attempt, error = job.error_message.as_deref(), "job past its deadline; failed");
             self.notifier.job_changed(job.id);
         }
-        Ok(if failed.len() as i64 == BATCH {
-            Activity::Busy
-        } else {
-            Activity::Idle
-        })
+        let cancelled = unigen_jobs::cancel_past_deadline(conn, BATCH).await?;
+        if !cancelled.is_empty() {
+            self.notifier.events_recorded();
+        }
+        for job in &cancelled {
+            self.metrics.job_failed(&job.tool, "cancel_after");
+            tracing::info!(job.id = %job.id, tool = %job.tool, cancel_after = ?job.cancel_after, "job past its Cancel-After deadline; cancelled");
+            self.notifier.job_changed(job.id);
+        }
+        Ok(
+            if failed.len() as i64 == BATCH || cancelled.len() as i64 == BATCH {
+                Activity::Busy
+            } else {
+                Activity::Idle
+            },
+        )
     }
 }
 

@@ -9,6 +9,7 @@ mod bad_input;
 mod bombs;
 mod chat;
 mod clients;
+mod deadlines;
 mod elevenlabs;
 mod events;
 mod fal;

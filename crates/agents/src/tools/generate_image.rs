@@ -80,6 +80,7 @@ pub(super) async fn generate_image(
                     to_milli(f64::from(params.n), bucket.multiplier(model.tier)),
                 )),
             },
+            cancel_after: None,
         })
         .await
         .map_err(|err| match err {
@@ -253,6 +254,7 @@ mod tests {
             started_at: Some(now),
             completed_at: Some(now),
             usage: None,
+            cancel_after: None,
         }
     }
 

@@ -138,9 +138,64 @@ pub async fn cancel(
     })
 }
 
+/// The reason a job cancelled at its `Cancel-After` deadline carries (its
+/// `errorMessage` and its `generation.failed` event).
+pub const CANCEL_AFTER_REASON: &str = "cancelled: Cancel-After deadline passed";
+
+/// What a cancellation at the deadline writes: as a cancel, with the reason
+/// and nothing charged.
+const CANCEL_AT_DEADLINE: &str = "UPDATE jobs SET status = 'cancelled', error_message = $1, \
+     actual_credits = 0, completed_at = now(), lease_expires_at = NULL";
+
+/// Unfinished jobs whose `Cancel-After` deadline passed on the database
+/// clock, soonest first and at most `limit` (read through
+/// `jobs_cancel_after_idx`, which holds only unfinished jobs with a
+/// deadline): `cancelled` with [`CANCEL_AFTER_REASON`]. Rows another
+/// transaction holds (a worker settling one) are skipped this round.
+pub async fn cancel_past_deadline(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+) -> Result<Vec<Job>, DbError> {
+    Ok(diesel::sql_query(format!(
+        "{CANCEL_AT_DEADLINE} \
+         WHERE id IN (SELECT id FROM jobs \
+                       WHERE cancel_after IS NOT NULL AND status IN ('pending', 'processing') \
+                         AND cancel_after <= now() \
+                       ORDER BY cancel_after LIMIT $2 FOR UPDATE SKIP LOCKED) \
+           AND status IN ('pending', 'processing') \
+         RETURNING *"
+    ))
+    .bind::<Text, _>(CANCEL_AFTER_REASON)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
+/// [`cancel_past_deadline`] for one job of this organization: empty when
+/// it is finished or its deadline has not passed.
+pub async fn cancel_one_past_deadline(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<Vec<Job>, DbError> {
+    Ok(diesel::sql_query(format!(
+        "{CANCEL_AT_DEADLINE} \
+         WHERE id = $2 AND org_id = $3 AND status IN ('pending', 'processing') \
+           AND cancel_after <= now() \
+         RETURNING *"
+    ))
+    .bind::<Text, _>(CANCEL_AFTER_REASON)
+    .bind::<SqlUuid, _>(id)
+    .bind::<SqlUuid, _>(org_id)
+    .load(conn)
+    .await?)
+}
+
 /// Atomically takes the jobs among `ids` still pending for `worker_id`, with
 /// a lease measured on the database clock, in one statement and in no
-/// particular order; the others are taken, cancelled, finished or unknown.
+/// particular order; the others are taken, cancelled, finished, unknown or
+/// past their `Cancel-After` deadline (never started: the scheduler cancels
+/// them).
 pub async fn claim_many(
     conn: &mut AsyncPgConnection,
     ids: &[Uuid],
@@ -153,7 +208,8 @@ pub async fn claim_many(
     Ok(diesel::sql_query(
         "UPDATE jobs SET status = 'processing', attempt = attempt + 1, worker_id = $2, \
              lease_expires_at = now() + make_interval(secs => $3), started_at = now(), progress = 0 \
-         WHERE id = ANY($1) AND status = 'pending' RETURNING *",
+         WHERE id = ANY($1) AND status = 'pending' \
+           AND (cancel_after IS NULL OR cancel_after > now()) RETURNING *",
     )
     .bind::<Array<SqlUuid>, _>(ids)
     .bind::<Text, _>(worker_id)
