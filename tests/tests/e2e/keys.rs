@@ -346,3 +346,43 @@ async fn a_revocation_takes_effect_at_once_in_every_api_process() {
     // its cache entry would expire.
     wait_for_status(&app, &other_api, &value, 401).await;
 }
+
+/// Recording a key's use (`last_used_at`) must not empty every process's
+/// key cache: unlike a revocation, it sends no auth-change notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recording_a_key_use_does_not_invalidate_key_caches() {
+    use futures_util::StreamExt;
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let (client, mut connection) = tokio_postgres::connect(&app.db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN {}", unigen_db::notify::AUTH_CHANNEL))
+        .await
+        .unwrap();
+    // Notifications arrive in commit order: one from the first update would
+    // come before the second's.
+    app.sql("UPDATE api_keys SET last_used_at = now()").await;
+    app.sql("UPDATE organizations SET status = status").await;
+    let first = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
+        .await
+        .expect("the organization update notifies")
+        .unwrap();
+    assert_eq!(first, "organizations", "last_used_at notified");
+    // While a revocation does notify.
+    app.sql("UPDATE api_keys SET revoked_at = now()").await;
+    let next = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
+        .await
+        .expect("the revocation notifies")
+        .unwrap();
+    assert_eq!(next, "api_keys");
+}
