@@ -49,16 +49,21 @@ impl Sse {
     /// ended the stream.
     async fn next(&mut self) -> Option<Event> {
         loop {
+            if let Some(event) = parse_frame(&self.next_frame().await?) {
+                return Some(event);
+            }
+        }
+    }
+
+    /// The next frame as sent, comments included.
+    async fn next_frame(&mut self) -> Option<String> {
+        loop {
             if let Some(end) = self.buffer.find("\n\n") {
-                let frame: String = self.buffer.drain(..end + 2).collect();
-                if let Some(event) = parse_frame(&frame) {
-                    return Some(event);
-                }
-                continue;
+                return Some(self.buffer.drain(..end + 2).collect());
             }
             let chunk = tokio::time::timeout(Duration::from_secs(30), self.body.next())
                 .await
-                .expect("an event or the end within 30 s")?
+                .expect("a frame or the end within 30 s")?
                 .expect("reading the stream");
             self.buffer
                 .push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
@@ -325,4 +330,16 @@ async fn another_organizations_job_stream_is_a_json_404_and_bad_requests_are_ref
         assert_eq!(status, 400, "{bad}");
         assert_eq!(body["error"]["param"], "Last-Event-ID", "{bad}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_stream_sends_keep_alive_comments() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let id = app
+        .submit_image_async(&json!({"prompt": "nobody works"}))
+        .await;
+    let mut stream = Sse::open(&app, &id, None).await;
+    assert_eq!(stream.next().await.unwrap().id, "0-0-0");
+    // Nothing happens to the job: the next frame is a comment (15 s later).
+    assert_eq!(stream.next_frame().await.unwrap(), ": keep-alive\n\n");
 }
