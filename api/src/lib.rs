@@ -180,6 +180,7 @@ pub async fn spawn(
         allow_private_webhooks: settings.webhooks.allow_private_addresses,
         started_at: chrono::Utc::now().timestamp(),
         runs,
+        shutdown: shutdown.clone(),
     };
     // Served with this deployment's model names; built once.
     let openapi = openapi::for_catalogue(openapi::document(), &catalogue);

@@ -12,7 +12,7 @@
 //!
 //! Streams wake on the job's change notifications (LISTEN/NOTIFY, as long
 //! polls do); the `notify.recheck_seconds` re-read only covers a lost
-//! notification.
+//! notification. A stopping process ends its streams at once.
 
 use std::fmt;
 use std::time::Duration;
@@ -246,6 +246,9 @@ impl Cursor {
                         // Only for a notification lost in transit.
                         () = tokio::time::sleep(recheck) => {}
                         _ = self.keep_alive.tick() => return Frame::KeepAlive,
+                        // Not held open through the graceful stop: the
+                        // client resumes elsewhere with `Last-Event-ID`.
+                        () = self.state.shutdown.cancelled() => return Frame::End,
                     }
                     self.next_read = Read::Now;
                     None

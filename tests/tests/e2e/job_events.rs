@@ -343,3 +343,14 @@ async fn a_quiet_stream_sends_keep_alive_comments() {
     // Nothing happens to the job: the next frame is a comment (15 s later).
     assert_eq!(stream.next_frame().await.unwrap(), ": keep-alive\n\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_api_ends_its_streams_for_clients_to_resume_elsewhere() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let id = app.submit_image_async(&json!({"prompt": "moving"})).await;
+    let mut stream = Sse::open(&app, &id, None).await;
+    assert_eq!(stream.next().await.unwrap().id, "0-0-0");
+    app.stop_api();
+    // Ended at once: not held through the graceful stop (no keep-alive first).
+    assert_eq!(stream.next_frame().await, None);
+}
