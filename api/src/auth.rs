@@ -116,6 +116,7 @@ impl FromRequest for Caller {
             match admission {
                 Admission::Admitted(status) => {
                     request.extensions_mut().insert(status);
+                    state.keys.record_use(row.key_id);
                 }
                 Admission::Refused { wait, status } => {
                     request.extensions_mut().insert(status);

@@ -7,6 +7,10 @@
 //! process's cache at once, so a revocation takes effect within
 //! milliseconds. While the listener is disconnected, notifications may be
 //! missed: the cache is bypassed until it is back.
+//!
+//! [`KeyUsage`] keeps `api_keys.last_used_at` roughly current without a
+//! write per request: each key is recorded at most once per
+//! [`USE_RESOLUTION`] per process, in batched updates off the request path.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,8 +18,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
+use unigen_core::batch::Batcher;
 use unigen_db::models::KeyAuthRow;
 use unigen_db::notify::{AUTH_CHANGED, ListenerHub};
+use unigen_db::{DbError, PgPool, queries};
+use uuid::Uuid;
+
+/// `last_used_at` is at most this stale (per process).
+pub const USE_RESOLUTION: Duration = Duration::from_secs(60);
+
+/// Uses recorded within this window go to the database in one UPDATE.
+const USE_FLUSH_WINDOW: Duration = Duration::from_millis(200);
 
 /// Past this many entries the cache is emptied rather than grown (keys
 /// guessed at random are never cached, only verified ones).
@@ -32,6 +45,7 @@ struct Inner {
 #[derive(Clone)]
 pub struct KeyCache {
     inner: Arc<Inner>,
+    usage: Option<KeyUsage>,
 }
 
 /// Where a lookup started, to store its result only if nothing changed since.
@@ -48,6 +62,7 @@ impl KeyCache {
                 generation: AtomicU64::new(0),
                 hub,
             }),
+            usage: None,
         };
         let invalidated = cache.clone();
         // Also woken when the listener reconnects: whatever was missed meanwhile is dropped.
@@ -58,6 +73,19 @@ impl KeyCache {
             }
         });
         (cache, task)
+    }
+
+    /// Records each key's use (`last_used_at`) through `usage`.
+    pub fn with_usage(mut self, usage: KeyUsage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// An authenticated request used this key.
+    pub fn record_use(&self, key_id: Uuid) {
+        if let Some(usage) = &self.usage {
+            usage.record(key_id);
+        }
     }
 
     fn usable(&self) -> bool {
@@ -100,11 +128,87 @@ impl KeyCache {
     }
 }
 
+/// Records when keys are used (see the module's documentation).
+#[derive(Clone)]
+pub struct KeyUsage {
+    throttle: Arc<UseThrottle>,
+    writes: Batcher<Uuid>,
+}
+
+impl KeyUsage {
+    /// The task ends once every handle is dropped and the last batch is written.
+    pub fn spawn(pool: PgPool) -> (Self, JoinHandle<()>) {
+        let (writes, task) = Batcher::spawn(USE_FLUSH_WINDOW, 1024, move |mut ids: Vec<Uuid>| {
+            ids.sort_unstable();
+            ids.dedup();
+            let pool = pool.clone();
+            async move {
+                let result = async {
+                    let mut conn = pool.get().await.map_err(DbError::from)?;
+                    queries::keys::touch_last_used(&mut conn, &ids).await
+                }
+                .await;
+                if let Err(err) = result {
+                    // Only the listing's `last_used_at` lags; nothing else depends on it.
+                    tracing::warn!(error = %err, keys = ids.len(), "recording key use failed");
+                }
+            }
+        });
+        let usage = Self {
+            throttle: Arc::new(UseThrottle::default()),
+            writes,
+        };
+        (usage, task)
+    }
+
+    /// Called for every authenticated request; costs a map look-up unless
+    /// the key's last recorded use is older than [`USE_RESOLUTION`].
+    pub fn record(&self, key_id: Uuid) {
+        if self.throttle.should_write(key_id, Instant::now()) {
+            self.writes.push(key_id);
+        }
+    }
+}
+
+/// When this process last recorded each key's use.
+#[derive(Default)]
+struct UseThrottle {
+    recorded: Mutex<HashMap<Uuid, Instant>>,
+}
+
+impl UseThrottle {
+    fn should_write(&self, key_id: Uuid, now: Instant) -> bool {
+        let mut recorded = self.recorded.lock().expect("key usage lock");
+        if recorded
+            .get(&key_id)
+            .is_some_and(|at| now.saturating_duration_since(*at) < USE_RESOLUTION)
+        {
+            return false;
+        }
+        if recorded.len() >= MAX_ENTRIES {
+            // Forgetting only costs one extra write per key.
+            recorded.clear();
+        }
+        recorded.insert(key_id, now);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use uuid::Uuid;
-
     use super::*;
+
+    #[test]
+    fn a_key_use_is_written_at_most_once_per_resolution() {
+        let throttle = UseThrottle::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let start = Instant::now();
+        assert!(throttle.should_write(a, start));
+        assert!(!throttle.should_write(a, start + Duration::from_secs(59)));
+        assert!(throttle.should_write(b, start + Duration::from_secs(1)));
+        assert!(throttle.should_write(a, start + USE_RESOLUTION));
+        assert!(!throttle.should_write(a, start + USE_RESOLUTION));
+    }
 
     fn row() -> KeyAuthRow {
         KeyAuthRow {

@@ -111,10 +111,12 @@ pub async fn spawn(
     );
     let (allowances, allowances_task, settle_task) =
         metering::allowances::Allowances::spawn(pool.clone(), metering_lease, metering_idle);
+    let (key_usage, key_usage_task) = key_cache::KeyUsage::spawn(pool.clone());
     let (keys, keys_task) = key_cache::KeyCache::spawn(
         Duration::from_secs(settings.http.key_cache_seconds),
         hub.clone(),
     );
+    let keys = keys.with_usage(key_usage);
     let metrics = Arc::new(metrics::Metrics::new()?);
     let http_metrics = actix_web_prom::PrometheusMetricsBuilder::new("unigen_http")
         .registry(metrics.registry.clone())
@@ -180,6 +182,7 @@ pub async fn spawn(
         allow_private_webhooks: settings.webhooks.allow_private_addresses,
         started_at: chrono::Utc::now().timestamp(),
         runs,
+        shutdown: shutdown.clone(),
     };
     // Served with this deployment's model names; built once.
     let openapi = openapi::for_catalogue(openapi::document(), &catalogue);
@@ -277,6 +280,7 @@ pub async fn spawn(
             let _ = notifier_task.await;
             let _ = submitter_task.await;
             let _ = settle_task.await;
+            let _ = key_usage_task.await;
         })
         .await;
         result

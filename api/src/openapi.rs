@@ -35,6 +35,7 @@ request rate or the plan's concurrent requests; `Retry-After` says when to retry
         (name = "webhooks", description = "Signed event delivery: manage webhooks, send a test event, read deliveries"),
         (name = "billing", description = "Credits, quota buckets, overage and the account (envelope responses)"),
         (name = "agents", description = "Tool-using agents: templates, streamed runs, knowledge files"),
+        (name = "keys", description = "The organization's API keys: create (value shown once), list, revoke"),
     )
 )]
 pub struct ApiDoc;
@@ -393,7 +394,8 @@ pub fn for_catalogue(
 /// - an agent's `tools` are distinct;
 /// - event streams (`text/event-stream`) describe one event each: `data`
 ///   is JSON (an agent run's `start`, `step`, `done` or `error`) or, for chat,
-///   a `chat.completion.chunk` then `[DONE]`.
+///   a `chat.completion.chunk` then `[DONE]`; a job's events carry the job
+///   (`JobView`).
 fn refine(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     use serde_json::{Value, json};
     let mut value = serde_json::to_value(&doc).expect("the document is JSON");
@@ -542,6 +544,23 @@ fn refine(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
             "properties": {
                 "event": {"type": "string"},
                 "data": {"type": "string", "description": "A `chat.completion.chunk` as JSON, then `[DONE]`"}
+            }
+        }});
+    }
+    if let Some(content) =
+        value.pointer_mut("/paths/~1api~1v1~1jobs~1{id}~1events/get/responses/200/content")
+    {
+        content["text/event-stream"] = json!({"schema": {
+            "type": "object",
+            "required": ["event", "id", "data"],
+            "properties": {
+                "event": {"type": "string", "enum": ["status", "progress"]},
+                "id": {"type": "string", "pattern": "^[0-2]-[0-9]+-[0-9]{1,3}$"},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {"$ref": "#/components/schemas/JobView"}
+                }
             }
         }});
     }

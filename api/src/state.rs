@@ -47,6 +47,9 @@ pub struct AppState {
     pub started_at: i64,
     /// What agent runs need (their tools, models, knowledge look-ups).
     pub runs: unigen_agents::run::RunEnv,
+    /// Fires when the process starts stopping: open job event streams end
+    /// (clients resume on another process with `Last-Event-ID`).
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// Wait limits from `[jobs]` and `[notify]`.

@@ -142,6 +142,8 @@ pub(crate) async fn handle_job_delivery(
             if job.attempt == 1 {
                 context.notifier.events_recorded();
             }
+            // `processing` now: wakes the job's event streams (coalesced, no commit).
+            context.notifier.job_changed(job.id);
             // Ownership now lives in PostgreSQL (the lease): ack at once, so a
             // long job never trips the broker's consumer timeout into a rerun.
             if let Err(err) = delivery.ack(BasicAckOptions::default()).await {

@@ -29,8 +29,12 @@ impl<'a> Progress<'a> {
                 .await
         }
         .await;
-        if let Err(err) = result {
-            tracing::debug!(error = %err, "progress update failed");
+        match result {
+            // Event streams (`GET /jobs/{id}/events`) wake on it; the
+            // notifier coalesces it with other changes into one NOTIFY.
+            Ok(true) => self.context.notifier.job_changed(self.id),
+            Ok(false) => {}
+            Err(err) => tracing::debug!(error = %err, "progress update failed"),
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::state::AppState;
 use crate::views::{CancelResponse, JobList, JobView};
 use crate::wait;
 
-const JOB_SCOPES: [Scope; 2] = [Scope::Jobs, Scope::Usage];
+pub(super) const JOB_SCOPES: [Scope; 2] = [Scope::Jobs, Scope::Usage];
 
 const KIND: &str = "job";
 

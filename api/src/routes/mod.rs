@@ -12,7 +12,9 @@ mod files;
 mod generation;
 mod health;
 mod images;
+mod job_events;
 mod jobs;
+mod keys;
 mod knowledge;
 mod legacy;
 mod models;
@@ -48,6 +50,7 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(jobs::list_jobs)
         .service(jobs::get_job)
         .service(jobs::cancel_job)
+        .service(job_events::stream_job_events)
         .service(usage::get_usage)
         .service(billing::get_credits)
         .service(billing::get_quota)
@@ -74,7 +77,10 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(knowledge::upload_knowledge_file)
         .service(knowledge::list_knowledge_files)
         .service(knowledge::get_knowledge_file)
-        .service(knowledge::delete_knowledge_file);
+        .service(knowledge::delete_knowledge_file)
+        .service(keys::create_key)
+        .service(keys::list_keys)
+        .service(keys::delete_key);
 }
 
 /// Routes outside the versioned API.

@@ -47,6 +47,7 @@ diesel::table! {
         expires_at -> Nullable<Timestamptz>,
         revoked_at -> Nullable<Timestamptz>,
         created_at -> Timestamptz,
+        last_used_at -> Nullable<Timestamptz>,
     }
 }
 

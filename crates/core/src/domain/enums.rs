@@ -99,6 +99,7 @@ string_enum! {
         Jobs => "jobs",
         Agents => "agents",
         Webhooks => "webhooks",
+        Keys => "keys",
     }
 }
 

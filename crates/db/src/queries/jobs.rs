@@ -261,15 +261,20 @@ macro_rules! owned_by_attempt {
     };
 }
 
+/// Raises a running job's progress; false when it changed nothing (not
+/// owned by this attempt any more, or not above the stored progress), so
+/// progress only grows while a job is processing.
 pub async fn set_progress(
     conn: &mut AsyncPgConnection,
     id: Uuid,
     attempt: i32,
     progress: i16,
 ) -> Result<bool, DbError> {
+    let progress = progress.clamp(0, 100);
     let updated = diesel::update(jobs::table)
         .filter(owned_by_attempt!(id, attempt))
-        .set(jobs::progress.eq(progress.clamp(0, 100)))
+        .filter(jobs::progress.lt(progress))
+        .set(jobs::progress.eq(progress))
         .execute(conn)
         .await?;
     Ok(updated == 1)

@@ -54,6 +54,53 @@ pub async fn list_for_org(
         .await?)
 }
 
+/// The organization's keys not revoked (expired ones included), newest first.
+pub async fn list_active_for_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+) -> Result<Vec<ApiKey>, DbError> {
+    Ok(api_keys::table
+        .filter(api_keys::org_id.eq(org_id))
+        .filter(api_keys::revoked_at.is_null())
+        .order((api_keys::created_at.desc(), api_keys::id.desc()))
+        .select(ApiKey::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Revokes one of the organization's keys; false when it has no active key
+/// with this id (another organization's key included).
+pub async fn revoke_for_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    key_id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<bool, DbError> {
+    let updated = diesel::update(api_keys::table)
+        .filter(api_keys::id.eq(key_id))
+        .filter(api_keys::org_id.eq(org_id))
+        .filter(api_keys::revoked_at.is_null())
+        .set(api_keys::revoked_at.eq(at))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Records that these keys were used now, in one statement. Only
+/// `last_used_at` changes, so the auth-change trigger stays silent (key
+/// caches are kept).
+pub async fn touch_last_used(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<(), DbError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    diesel::update(api_keys::table)
+        .filter(api_keys::id.eq_any(ids))
+        .set(api_keys::last_used_at.eq(diesel::dsl::now))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Revokes a key; returns false when no active key has this id. Revocation
 /// is permanent: a revoked key is never reactivated.
 pub async fn revoke(

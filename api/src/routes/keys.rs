@@ -1,0 +1,348 @@
+//! Keys API: an organization creates, lists and revokes its own API keys
+//! (scope `keys`). Keys are made as the operator CLI makes them (`sk_` + 64
+//! hex characters from the OS random source); only their SHA-256 hash is
+//! stored, and the value is answered once, at creation.
+
+use actix_web::{HttpResponse, delete, get, post, web};
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+use unigen_core::ValidationError;
+use unigen_core::domain::{ApiKeyMaterial, Scope};
+use unigen_core::validate::required_text;
+use unigen_db::models::{ApiKey, NewApiKey};
+use unigen_db::{DbError, queries};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::routes::params::{json_body, not_found, path_id};
+use crate::state::AppState;
+
+const KIND: &str = "key";
+const MAX_NAME_CHARS: usize = 100;
+
+/// Body of `POST /keys`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct KeyCreateRequest {
+    /// A label, 1 to 100 characters.
+    #[schema(min_length = 1, max_length = 100, example = "ci pipeline")]
+    pub name: Option<String>,
+    /// Scope names (`chat`, `image`, `image_edit`, `video`, `music`, `tts`,
+    /// `stt`, `usage`, `jobs`, `agents`, `webhooks`, `keys`), or `all`.
+    /// Each must be held by the calling key.
+    #[schema(min_items = 1, example = json!(["image", "jobs"]))]
+    pub scopes: Option<Vec<String>>,
+    /// Optional expiry, in the future: an ISO 8601 date-time
+    /// (`2027-01-31T12:00:00Z`) or a date (midnight UTC).
+    #[schema(example = "2027-01-31T00:00:00Z")]
+    pub expires_at: Option<String>,
+}
+
+/// An API key as listed: never its value or its hash.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct KeyView {
+    pub id: Uuid,
+    pub name: String,
+    /// `sk_` and the value's first 6 hex characters.
+    #[schema(example = "sk_3f9a1c")]
+    pub prefix: String,
+    pub scopes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    /// When the key last authenticated a request (about a minute's precision); null if never.
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl From<&ApiKey> for KeyView {
+    fn from(key: &ApiKey) -> Self {
+        Self {
+            id: key.id,
+            name: key.name.clone(),
+            prefix: key.key_prefix.clone(),
+            scopes: key.scopes.clone(),
+            created_at: key.created_at,
+            last_used_at: key.last_used_at,
+            expires_at: key.expires_at,
+        }
+    }
+}
+
+/// A key just created, with its value: shown this once, never again.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CreatedKey {
+    pub id: Uuid,
+    pub name: String,
+    pub prefix: String,
+    pub scopes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    /// Always null at creation.
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The key's value (`sk_` + 64 hex characters). Store it now: only its
+    /// hash is kept, so it cannot be shown again.
+    #[schema(pattern = "^sk_[0-9a-f]{64}$")]
+    pub key: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct KeyList {
+    pub keys: Vec<KeyView>,
+}
+
+/// A validated creation request.
+struct NewKey {
+    name: String,
+    scopes: Vec<Scope>,
+    expires_at: Option<DateTime<Utc>>,
+}
+
+impl KeyCreateRequest {
+    fn validate(self, now: DateTime<Utc>) -> Result<NewKey, ValidationError> {
+        let name = required_text("name", self.name.as_deref(), MAX_NAME_CHARS)?;
+        let scopes = parse_scopes(self.scopes.as_deref())?;
+        let expires_at = self
+            .expires_at
+            .as_deref()
+            .map(|raw| parse_expiry(raw, now))
+            .transpose()?;
+        Ok(NewKey {
+            name,
+            scopes,
+            expires_at,
+        })
+    }
+}
+
+/// Known scope names, duplicates collapsed; `all` (or `*`) is every scope,
+/// as in the operator CLI.
+fn parse_scopes(names: Option<&[String]>) -> Result<Vec<Scope>, ValidationError> {
+    let names = names.ok_or_else(|| ValidationError::new("scopes", "scopes is required"))?;
+    if names.is_empty() {
+        return Err(ValidationError::new(
+            "scopes",
+            "scopes must list at least one scope",
+        ));
+    }
+    if let Some(blank) = names
+        .iter()
+        .find(|n| n.trim().is_empty() || n.contains(','))
+    {
+        return Err(ValidationError::new(
+            "scopes",
+            format!("scopes: `{blank}` is not a scope name"),
+        ));
+    }
+    Scope::parse_list(&names.join(","))
+        .map_err(|e| ValidationError::new("scopes", format!("scopes: {e}")))
+}
+
+/// An ISO 8601 date-time (RFC 3339) or a date meaning midnight UTC; it
+/// must lie in the future.
+fn parse_expiry(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, ValidationError> {
+    let at = DateTime::parse_from_rfc3339(raw)
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|_| {
+            NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+                .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
+        })
+        .map_err(|_| {
+            ValidationError::new(
+                "expires_at",
+                format!(
+                    "expires_at must be an ISO 8601 date-time (2027-01-31T12:00:00Z) or date \
+                     (2027-01-31), got `{raw}`"
+                ),
+            )
+        })?;
+    if at <= now {
+        return Err(ValidationError::new(
+            "expires_at",
+            format!("expires_at must be in the future, got {}", at.to_rfc3339()),
+        ));
+    }
+    Ok(at)
+}
+
+/// Create a key for the caller's organization; its value is answered once.
+#[utoipa::path(
+    tag = "keys",
+    request_body = KeyCreateRequest,
+    responses(
+        (status = 201, description = "The key, with its value in `key` (shown only this once)", body = CreatedKey),
+        (status = 400, description = "`name` empty or over 100 characters, `scopes` empty or naming an unknown scope, or `expires_at` malformed or not in the future (`param` names the field)", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "`API key does not have required scope: <scope>`: the caller lacks `keys`, or a scope it asked to grant", body = ErrorBody),
+    ),
+    security(("bearer" = ["keys"]))
+)]
+#[post("/keys")]
+pub async fn create_key(
+    state: web::Data<AppState>,
+    caller: Caller,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Keys)?;
+    let request: KeyCreateRequest = json_body(&body)?;
+    let new = request.validate(Utc::now())?;
+    // No key grants more than its creator holds.
+    for scope in &new.scopes {
+        caller.require(*scope)?;
+    }
+    let material = ApiKeyMaterial::generate().map_err(ApiError::internal)?;
+    let key = {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::keys::insert(
+            &mut conn,
+            &NewApiKey {
+                id: Uuid::now_v7(),
+                org_id: caller.org_id,
+                name: &new.name,
+                key_hash: &material.hash,
+                key_prefix: &material.display_prefix,
+                scopes: new.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+                expires_at: new.expires_at,
+            },
+        )
+        .await?
+    };
+    let view = KeyView::from(&key);
+    Ok(HttpResponse::Created().json(CreatedKey {
+        id: view.id,
+        name: view.name,
+        prefix: view.prefix,
+        scopes: view.scopes,
+        created_at: view.created_at,
+        last_used_at: view.last_used_at,
+        expires_at: view.expires_at,
+        key: material.plaintext,
+    }))
+}
+
+/// The organization's keys that are not revoked (expired ones included), newest first.
+#[utoipa::path(
+    tag = "keys",
+    responses(
+        (status = 200, body = KeyList),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: keys", body = ErrorBody),
+    ),
+    security(("bearer" = ["keys"]))
+)]
+#[get("/keys")]
+pub async fn list_keys(
+    state: web::Data<AppState>,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Keys)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let keys = queries::keys::list_active_for_org(&mut conn, caller.org_id).await?;
+    Ok(HttpResponse::Ok().json(KeyList {
+        keys: keys.iter().map(KeyView::from).collect(),
+    }))
+}
+
+/// Revoke a key, immediately (in every API process) and permanently. The
+/// calling key may revoke itself: this request succeeds, the next fails.
+#[utoipa::path(
+    tag = "keys",
+    params(("id" = String, Path, description = "Key id")),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "API key does not have required scope: keys", body = ErrorBody),
+        (status = 404, description = "No active key with this id in the organization (another organization's key or an already revoked one included)", body = ErrorBody),
+    ),
+    security(("bearer" = ["keys"]))
+)]
+#[delete("/keys/{id}")]
+pub async fn delete_key(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Keys)?;
+    let id = path_id(KIND, &path)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    // The update's trigger notifies every API process, which drops its cached keys.
+    if !queries::keys::revoke_for_org(&mut conn, caller.org_id, id, Utc::now()).await? {
+        return Err(not_found(KIND, &path));
+    }
+    // This process too, without waiting for the notification's round trip.
+    state.keys.clear();
+    Ok(HttpResponse::NoContent().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(name: &str, scopes: &[&str], expires_at: Option<&str>) -> KeyCreateRequest {
+        KeyCreateRequest {
+            name: Some(name.to_owned()),
+            scopes: Some(scopes.iter().map(|s| (*s).to_owned()).collect()),
+            expires_at: expires_at.map(str::to_owned),
+        }
+    }
+
+    fn field_of(result: Result<NewKey, ValidationError>) -> &'static str {
+        match result {
+            Ok(_) => panic!("accepted"),
+            Err(err) => err.field,
+        }
+    }
+
+    #[test]
+    fn creation_requests_are_validated_field_by_field() {
+        let now = Utc::now();
+        let ok = request("ci", &["image", "jobs", "image"], Some("2999-01-02"))
+            .validate(now)
+            .unwrap();
+        assert_eq!(ok.scopes, vec![Scope::Image, Scope::Jobs]);
+        assert_eq!(
+            ok.expires_at.unwrap().to_rfc3339(),
+            "2999-01-02T00:00:00+00:00"
+        );
+        let all = request("ops", &["all"], None).validate(now).unwrap();
+        assert_eq!(all.scopes, Scope::ALL.to_vec());
+        assert!(all.scopes.contains(&Scope::Keys));
+
+        assert_eq!(
+            field_of(request(" ", &["image"], None).validate(now)),
+            "name"
+        );
+        let long = "n".repeat(101);
+        assert_eq!(
+            field_of(request(&long, &["image"], None).validate(now)),
+            "name"
+        );
+        assert!(
+            request(&"n".repeat(100), &["image"], None)
+                .validate(now)
+                .is_ok()
+        );
+        assert_eq!(field_of(request("x", &[], None).validate(now)), "scopes");
+        assert_eq!(
+            field_of(request("x", &["pixels"], None).validate(now)),
+            "scopes"
+        );
+        assert_eq!(
+            field_of(request("x", &["image,jobs"], None).validate(now)),
+            "scopes"
+        );
+        assert_eq!(field_of(request("x", &[""], None).validate(now)), "scopes");
+        assert_eq!(
+            field_of(request("x", &["image"], Some("2001-01-01T00:00:00Z")).validate(now)),
+            "expires_at"
+        );
+        assert_eq!(
+            field_of(request("x", &["image"], Some("next week")).validate(now)),
+            "expires_at"
+        );
+        let missing = KeyCreateRequest {
+            name: None,
+            scopes: None,
+            expires_at: None,
+        };
+        assert_eq!(field_of(missing.validate(now)), "name");
+    }
+}
