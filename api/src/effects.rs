@@ -30,6 +30,12 @@ impl Effects {
         self.lock().run = Some(run_id);
     }
 
+    /// Keeps `body` as the replayed answer instead of the response's own
+    /// (a new key's answer without its value, which is never stored).
+    pub fn replay_with(&self, body: Bytes) {
+        self.lock().replay_body = Some(body);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, EffectsInner> {
         self.0.lock().expect("idempotency effects poisoned")
     }

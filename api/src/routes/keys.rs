@@ -206,6 +206,10 @@ pub async fn create_key(
         .await?
     };
     let view = KeyView::from(&key);
+    // An Idempotency-Key replay answers the same fields without the value.
+    if let Ok(kept) = serde_json::to_vec(&view) {
+        caller.effects.replay_with(kept.into());
+    }
     Ok(HttpResponse::Created().json(CreatedKey {
         id: view.id,
         name: view.name,

@@ -250,6 +250,36 @@ async fn chat_uploads_webhooks_and_agent_runs_replay_without_running_again() {
     assert_eq!(again.text, created.text);
     assert_eq!(app.db.scalar_i64("SELECT count(*) FROM webhooks").await, 1);
 
+    // A key: the replay has the same id and fields, never the value.
+    let request = json!({"name": "ci", "scopes": ["image"]});
+    let created = post(&app, "/api/v1/keys", &app.key, "key-1", &request).await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let created = created.json();
+    assert!(created["key"].as_str().unwrap().starts_with("sk_"));
+    let again = post(&app, "/api/v1/keys", &app.key, "key-1", &request).await;
+    assert_eq!(again.status, 201);
+    assert!(again.replayed);
+    let mut expected = created.clone();
+    expected.as_object_mut().unwrap().remove("key");
+    assert_eq!(again.json(), expected);
+    assert!(!again.text.contains(created["key"].as_str().unwrap()));
+    assert_eq!(
+        app.db
+            .scalar_i64("SELECT count(*) FROM api_keys WHERE name = 'ci'")
+            .await,
+        1
+    );
+    assert_eq!(
+        app.db
+            .scalar_i64(&format!(
+                "SELECT count(*) FROM idempotency_keys WHERE position('{}' in convert_from(body, 'UTF8')) > 0",
+                created["key"].as_str().unwrap()
+            ))
+            .await,
+        0,
+        "the value is not stored"
+    );
+
     // A multipart upload: each attempt has its own random boundary.
     let (status, agent) = {
         let a = post(
