@@ -61,6 +61,13 @@ impl SpeechParams {
 impl SpeechRequest {
     pub fn validate(&self) -> Result<(SpeechParams, Vec<MediaRef>), ValidationError> {
         let input = required_text("input", self.input.as_deref(), MAX_INPUT_CHARS)?;
+        // Control characters are not spoken: text of only those is empty.
+        if !input.chars().any(|c| !c.is_control() && !c.is_whitespace()) {
+            return Err(ValidationError::new(
+                "input",
+                "input must contain text to speak, not only control characters",
+            ));
+        }
         super::validate::model_inputs(self.model_inputs.as_ref())?;
         let voice = optional_text("voice", self.voice.as_deref(), 100)?
             .unwrap_or_else(|| "nova".to_owned());
@@ -114,6 +121,12 @@ mod tests {
         assert_eq!(
             req("").validate().unwrap_err().message,
             "input must not be empty"
+        );
+        let only_controls = req("\u{93}\u{7}").validate().unwrap_err();
+        assert_eq!(only_controls.field, "input");
+        assert_eq!(
+            only_controls.message,
+            "input must contain text to speak, not only control characters"
         );
         assert_eq!(
             req(&"a".repeat(10_001)).validate().unwrap_err().message,
