@@ -73,6 +73,9 @@ pub enum ApiError {
     /// A disabled webhook cannot be sent a test event (409).
     #[error("{0}")]
     WebhookDisabled(String),
+    /// A webhook delivery's attempt is in flight; redeliver after it (409).
+    #[error("{0}")]
+    DeliveryInFlight(String),
     /// A shared template agent can be read and duplicated, not changed (403).
     #[error("{0}")]
     TemplateReadOnly(String),
@@ -183,6 +186,11 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 "invalid_request_error",
                 "webhook_disabled",
+            ),
+            ApiError::DeliveryInFlight(_) => (
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                "delivery_in_flight",
             ),
             ApiError::TemplateReadOnly(_) => (
                 StatusCode::FORBIDDEN,

@@ -32,7 +32,7 @@ request rate or the plan's concurrent requests; `Retry-After` says when to retry
         (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
         (name = "usage", description = "Usage analytics (envelope responses)"),
-        (name = "webhooks", description = "Signed event delivery: manage webhooks, send a test event, read deliveries"),
+        (name = "webhooks", description = "Signed event delivery: manage webhooks, send a test event, read deliveries, redeliver one, replay failed ones"),
         (name = "billing", description = "Credits, quota buckets, overage and the account (envelope responses)"),
         (name = "agents", description = "Tool-using agents: templates, streamed runs, knowledge files"),
         (name = "keys", description = "The organization's API keys: create (value shown once), list, revoke"),

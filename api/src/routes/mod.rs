@@ -65,6 +65,8 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(webhooks::rotate_webhook_secret)
         .service(webhooks::test_webhook)
         .service(webhooks::list_webhook_deliveries)
+        .service(webhooks::redeliver_webhook_delivery)
+        .service(webhooks::replay_webhook_deliveries)
         .service(agents::create_agent)
         .service(agents::list_agents)
         .service(agents::get_agent)

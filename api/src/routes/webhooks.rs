@@ -1,5 +1,6 @@
 //! Webhook management (scope `webhooks`): create, list, read, update,
-//! delete, rotate the secret, send a test event, list deliveries.
+//! delete, rotate the secret, send a test event, list deliveries, redeliver
+//! one delivery, replay failed deliveries.
 
 use std::collections::HashMap;
 
@@ -8,16 +9,17 @@ use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use unigen_core::ValidationError;
 use unigen_core::domain::Scope;
 use unigen_db::models::{NewWebhook, Webhook, WebhookUpdate};
-use unigen_db::queries::webhooks::{CreateOutcome, DeliveryLog};
+use unigen_db::queries::webhooks::{CreateOutcome, DeliveryLog, RedeliverOutcome};
 use unigen_db::{DbError, events, queries};
 use unigen_jobs::webhooks;
 use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::routes::params::{json_body, not_found, path_id};
+use crate::routes::params::{json_body, not_found, parse_bound, path_id};
 use crate::state::AppState;
 
 /// Body of `POST /webhooks` (all but `enabled` and `headers` required) and
@@ -36,7 +38,8 @@ pub struct WebhookRequest {
     /// Default true. `true` on PATCH also re-enables an automatically
     /// disabled webhook and resets its failure count.
     pub enabled: Option<bool>,
-    /// Custom request headers (name -> value); `x-service-*`, `content-type`,
+    /// Custom request headers (name -> value); `x-service-*`, `webhook-id`,
+    /// `webhook-timestamp`, `webhook-signature`, `content-type`,
     /// `content-length`, `host`, `transfer-encoding` and `connection` are reserved.
     #[schema(value_type = Option<Object>)]
     pub headers: Option<Value>,
@@ -62,7 +65,8 @@ pub struct WebhookCreateRequest {
     pub events: Vec<String>,
     /// Default true.
     pub enabled: Option<bool>,
-    /// Custom request headers (name -> value); `x-service-*`, `content-type`,
+    /// Custom request headers (name -> value); `x-service-*`, `webhook-id`,
+    /// `webhook-timestamp`, `webhook-signature`, `content-type`,
     /// `content-length`, `host`, `transfer-encoding` and `connection` are reserved.
     #[schema(value_type = Option<Object>)]
     pub headers: Option<Value>,
@@ -85,7 +89,10 @@ pub struct WebhookView {
     pub disabled_reason: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-    /// The signing key (HMAC-SHA256); store it now, it is not shown again.
+    /// The signing secret, `whsec_` + base64 of 32 random bytes; store it
+    /// now, it is not shown again. The whole string is the HMAC-SHA256 key of
+    /// `x-service-signature`; Standard Webhooks libraries take it as-is for
+    /// `webhook-signature`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
 }
@@ -187,7 +194,35 @@ pub struct DeliveryList {
     pub deliveries: Vec<DeliveryView>,
 }
 
+/// The answer to a redelivery: the delivery and the event attempted again.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RedeliveryQueued {
+    pub delivery_id: Uuid,
+    /// Unchanged: the same `x-service-event-id` and `webhook-id` as before.
+    pub event_id: Uuid,
+}
+
+/// Body of `POST /webhooks/{id}/replay`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct ReplayRequest {
+    /// Required. ISO 8601: deliveries of events created at or after this
+    /// time (`2026-11-27T08:00:00Z`; a time without an offset is UTC; a date
+    /// is its midnight UTC).
+    #[schema(value_type = String, example = "2026-11-27T08:00:00Z")]
+    pub since: Option<Value>,
+    /// Required; only `failed` is supported.
+    #[schema(value_type = String, pattern = "^failed$", example = "failed")]
+    pub status: Option<Value>,
+}
+
+/// The answer to a replay: how many deliveries are attempted again.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReplayQueued {
+    pub replayed: usize,
+}
+
 const KIND: &str = "webhook";
+const DELIVERY_KIND: &str = "delivery";
 
 /// Register a webhook; the answer carries its signing secret, shown only here.
 #[utoipa::path(
@@ -504,4 +539,135 @@ pub async fn list_webhook_deliveries(
     Ok(HttpResponse::Ok().json(DeliveryList {
         deliveries: logs.into_iter().map(DeliveryView::from).collect(),
     }))
+}
+
+/// The webhook of the caller's organization, enabled: a disabled one makes
+/// no attempts, so nothing could be sent "now".
+async fn enabled_webhook(
+    conn: &mut AsyncPgConnection,
+    caller: &Caller,
+    raw_id: &str,
+) -> Result<Webhook, ApiError> {
+    let id = path_id(KIND, raw_id)?;
+    let webhook = queries::webhooks::find_for_org(conn, caller.org_id, id)
+        .await?
+        .ok_or_else(|| not_found(KIND, raw_id))?;
+    if !webhook.enabled {
+        return Err(ApiError::WebhookDisabled(
+            "the webhook is disabled; enable it (PATCH enabled=true) to send events again".into(),
+        ));
+    }
+    Ok(webhook)
+}
+
+/// Attempt one delivery's event again now, outside the retry schedule, with
+/// the same event id (`x-service-event-id`, `webhook-id`). A finished
+/// delivery ends with this attempt's result (no retries); a pending one keeps
+/// its scheduled retries if this attempt fails.
+#[utoipa::path(
+    tag = "webhooks",
+    params(
+        ("id" = String, Path, description = "Webhook id"),
+        ("deliveryId" = String, Path, description = "Delivery id (from `GET /webhooks/{id}/deliveries`)"),
+    ),
+    responses(
+        (status = 202, description = "The attempt is queued: the scheduler makes it at once", body = RedeliveryQueued),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "Missing scope `webhooks`", body = ErrorBody),
+        (status = 404, description = "Unknown webhook (another organization's included), or no such delivery of this webhook", body = ErrorBody),
+        (status = 409, description = "`webhook_disabled`: enable the webhook first; `delivery_in_flight`: an attempt of this delivery is under way, retry when it has ended", body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[post("/webhooks/{id}/deliveries/{deliveryId}/redeliver")]
+pub async fn redeliver_webhook_delivery(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let (raw_webhook, raw_delivery) = path.into_inner();
+    let delivery_id = path_id(DELIVERY_KIND, &raw_delivery)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let webhook = enabled_webhook(&mut conn, &caller, &raw_webhook).await?;
+    match queries::webhooks::redeliver(&mut conn, webhook.id, delivery_id).await? {
+        RedeliverOutcome::Queued { event_id } => {
+            state.notifier.events_recorded();
+            Ok(HttpResponse::Accepted().json(RedeliveryQueued {
+                delivery_id,
+                event_id,
+            }))
+        }
+        RedeliverOutcome::NotFound => Err(not_found(DELIVERY_KIND, &raw_delivery)),
+        RedeliverOutcome::InFlight => Err(ApiError::DeliveryInFlight(
+            "an attempt of this delivery is in flight; redeliver once it has ended".into(),
+        )),
+    }
+}
+
+/// Send the webhook's failed deliveries of events created since `since`
+/// again: one attempt each, now, with their original event ids.
+#[utoipa::path(
+    tag = "webhooks",
+    params(("id" = String, Path, description = "Webhook id")),
+    request_body = ReplayRequest,
+    responses(
+        (status = 202, description = "`replayed` deliveries are queued; the scheduler attempts them at once", body = ReplayQueued),
+        (status = 400, description = "`since` missing or not ISO 8601, or `status` other than `failed`; `param` names the field", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 403, description = "Missing scope `webhooks`", body = ErrorBody),
+        (status = 404, description = "Unknown webhook (another organization's included)", body = ErrorBody),
+        (status = 409, description = "`webhook_disabled`: enable the webhook first", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+    ),
+    security(("bearer" = ["webhooks"]))
+)]
+#[post("/webhooks/{id}/replay")]
+pub async fn replay_webhook_deliveries(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Webhooks)?;
+    let request: ReplayRequest = json_body(&body)?;
+    let since = replay_since(request.since.as_ref())?;
+    replay_status(request.status.as_ref())?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let webhook = enabled_webhook(&mut conn, &caller, &path).await?;
+    let replayed = queries::webhooks::replay_failed(&mut conn, webhook.id, since).await?;
+    if replayed > 0 {
+        state.notifier.events_recorded();
+    }
+    Ok(HttpResponse::Accepted().json(ReplayQueued { replayed }))
+}
+
+fn replay_since(since: Option<&Value>) -> Result<DateTime<Utc>, ValidationError> {
+    match since {
+        None | Some(Value::Null) => Err(ValidationError::new(
+            "since",
+            "since is required: an ISO 8601 time, e.g. 2026-11-27T08:00:00Z",
+        )),
+        Some(Value::String(raw)) => Ok(parse_bound("since", raw, false)?.in_utc()),
+        Some(other) => Err(ValidationError::new(
+            "since",
+            format!("since must be an ISO 8601 time as a string, got `{other}`"),
+        )),
+    }
+}
+
+fn replay_status(status: Option<&Value>) -> Result<(), ValidationError> {
+    match status {
+        Some(Value::String(s)) if s == "failed" => Ok(()),
+        None | Some(Value::Null) => Err(ValidationError::new(
+            "status",
+            "status is required and must be `failed` (only failed deliveries can be replayed)",
+        )),
+        Some(other) => Err(ValidationError::new(
+            "status",
+            format!(
+                "status must be `failed` (only failed deliveries can be replayed), got `{other}`"
+            ),
+        )),
+    }
 }

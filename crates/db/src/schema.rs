@@ -216,6 +216,9 @@ diesel::table! {
         last_error -> Nullable<Text>,
         created_at -> Timestamptz,
         completed_at -> Nullable<Timestamptz>,
+        manual_attempt -> Bool,
+        manual_attempts -> Int4,
+        resume_at -> Nullable<Timestamptz>,
     }
 }
 

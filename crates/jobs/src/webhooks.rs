@@ -1,11 +1,14 @@
 //! Webhooks: the event kinds a webhook can subscribe to, validation of what a
-//! client registers, the signed request (envelope, headers, HMAC), the retry
-//! schedule, and the HTTP client that makes one delivery attempt.
+//! client registers, the signed request (envelope, the spec's `x-service-*`
+//! headers and the Standard Webhooks `webhook-*` ones), the retry schedule,
+//! and the HTTP client that makes one delivery attempt.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use chrono::SecondsFormat;
 use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -46,6 +49,12 @@ pub const SIGNATURE_HEADER: &str = "x-service-signature";
 pub const TIMESTAMP_HEADER: &str = "x-service-timestamp";
 pub const EVENT_ID_HEADER: &str = "x-service-event-id";
 pub const EVENT_TYPE_HEADER: &str = "x-service-event-type";
+/// Standard Webhooks (https://www.standardwebhooks.com): the event id, unix
+/// seconds, and `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`.
+pub const STANDARD_ID_HEADER: &str = "webhook-id";
+pub const STANDARD_TIMESTAMP_HEADER: &str = "webhook-timestamp";
+pub const STANDARD_SIGNATURE_HEADER: &str = "webhook-signature";
+const SECRET_PREFIX: &str = "whsec_";
 
 pub const NAME_MAX_CHARS: usize = 100;
 const URL_MAX_CHARS: usize = 2048;
@@ -60,16 +69,63 @@ const RESERVED_HEADERS: &[&str] = &[
     "host",
     "transfer-encoding",
     "connection",
+    STANDARD_ID_HEADER,
+    STANDARD_TIMESTAMP_HEADER,
+    STANDARD_SIGNATURE_HEADER,
 ];
 
 pub use unigen_core::config::WebhookSettings;
 
-/// A fresh signing secret: `whsec_` and 64 hex characters (32 random bytes).
+/// A fresh signing secret in the Standard Webhooks form: `whsec_` and the
+/// standard (padded) base64 of 32 random bytes.
 pub fn generate_secret() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
         .map_err(|e| anyhow::anyhow!("the operating system's random source failed: {e}"))?;
-    Ok(format!("whsec_{}", hex::encode(bytes)))
+    Ok(format!("{SECRET_PREFIX}{}", BASE64.encode(bytes)))
+}
+
+/// The key of `webhook-signature`: the base64 decoding of the secret's part
+/// after `whsec_`, as Standard Webhooks libraries read it. Secrets issued
+/// before Standard Webhooks (`whsec_` + 64 hex) decode too (hex digits are
+/// base64 characters and 64 is a multiple of 4), to 48 bytes, so the
+/// libraries verify them unchanged. Anything else (never issued) is used as
+/// its raw bytes.
+fn standard_key(secret: &str) -> Vec<u8> {
+    secret
+        .strip_prefix(SECRET_PREFIX)
+        .and_then(|encoded| BASE64.decode(encoded).ok())
+        .filter(|key| !key.is_empty())
+        .unwrap_or_else(|| secret.as_bytes().to_vec())
+}
+
+/// `webhook-signature`: `v1,` and the base64 HMAC-SHA256 of
+/// `{id}.{timestamp}.{body}` keyed with [`standard_key`].
+pub fn sign_standard(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(&standard_key(secret)).expect("HMAC accepts any key length");
+    mac.update(id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
+}
+
+/// The wait a 429 or 503 answer asks for in `Retry-After`: delay seconds or
+/// an HTTP date (IMF-fixdate, `Wed, 21 Oct 2026 07:28:00 GMT`) after `now`.
+/// A date in the past asks for no wait; anything unreadable is ignored.
+pub fn retry_after(value: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    Some(
+        (at.with_timezone(&chrono::Utc) - now)
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// Lowercase hex HMAC-SHA256 of `<timestamp>:<body>` keyed with `secret`.
@@ -261,20 +317,23 @@ impl DeliveryClient {
         let result = self.send(request).await;
         let duration = started.elapsed();
         match result {
-            Ok(code) => AttemptOutcome {
+            Ok((code, retry_after)) => AttemptOutcome {
                 status_code: Some(code),
                 error: None,
                 duration,
+                retry_after,
             },
             Err(error) => AttemptOutcome {
                 status_code: None,
                 error: Some(error),
                 duration,
+                retry_after: None,
             },
         }
     }
 
-    async fn send(&self, request: &SignedRequest<'_>) -> Result<u16, String> {
+    /// The receiver's status, and its `Retry-After` on a 429 or 503.
+    async fn send(&self, request: &SignedRequest<'_>) -> Result<(u16, Option<Duration>), String> {
         let url = reqwest::Url::parse(request.url).map_err(|_| "invalid URL".to_owned())?;
         // Address literals are refused here; names by the resolver, which
         // sees every address they resolve to.
@@ -305,12 +364,21 @@ impl DeliveryClient {
                 }
             }
         }
+        // The event id, not the attempt's: receivers dedupe on it across
+        // retries, redeliveries and replays.
+        let event_id = request.event.id.to_string();
         let ours = [
             ("content-type", "application/json".to_owned()),
             (SIGNATURE_HEADER, sign(request.secret, timestamp, &body)),
             (TIMESTAMP_HEADER, timestamp.to_string()),
-            (EVENT_ID_HEADER, request.event.id.to_string()),
+            (EVENT_ID_HEADER, event_id.clone()),
             (EVENT_TYPE_HEADER, request.event.kind.clone()),
+            (
+                STANDARD_SIGNATURE_HEADER,
+                sign_standard(request.secret, &event_id, timestamp, &body),
+            ),
+            (STANDARD_TIMESTAMP_HEADER, timestamp.to_string()),
+            (STANDARD_ID_HEADER, event_id),
         ];
         for (name, value) in ours {
             let value = HeaderValue::from_str(&value).map_err(|_| "unencodable header")?;
@@ -325,6 +393,14 @@ impl DeliveryClient {
             .await
             .map_err(|e| self.describe(&e))?;
         let status = response.status().as_u16();
+        let retry_after = match status {
+            429 | 503 => response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry_after(v, chrono::Utc::now())),
+            _ => None,
+        };
         // Drain a little of the answer so the connection can be reused; the
         // rest is dropped unread.
         let mut read = 0;
@@ -334,7 +410,7 @@ impl DeliveryClient {
                 Ok(None) | Err(_) => break,
             }
         }
-        Ok(status)
+        Ok((status, retry_after))
     }
 
     fn describe(&self, err: &reqwest::Error) -> String {
@@ -469,6 +545,8 @@ mod tests {
         assert_eq!(ok, json!({"authorization": "Bearer x"}));
         for headers in [
             json!({"X-Service-Signature": "forged"}),
+            json!({"Webhook-Signature": "v1,forged"}),
+            json!({"webhook-id": "other"}),
             json!({"content-type": "text/plain"}),
             json!({"bad name": "x"}),
             json!({"x-n": 5}),
@@ -482,9 +560,50 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_random_and_prefixed() {
+    fn secrets_are_whsec_and_the_base64_of_32_random_bytes() {
         let (a, b) = (generate_secret().unwrap(), generate_secret().unwrap());
-        assert!(a.starts_with("whsec_") && a.len() == 70);
         assert_ne!(a, b);
+        let key = BASE64.decode(a.strip_prefix("whsec_").unwrap()).unwrap();
+        assert_eq!(key.len(), 32);
+        assert_eq!(standard_key(&a), key);
+    }
+
+    #[test]
+    fn standard_signature_matches_the_spec_s_example() {
+        // The example of the Standard Webhooks specification and of its
+        // reference libraries' tests.
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let body = br#"{"test": 2432232314}"#;
+        assert_eq!(
+            sign_standard(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+    }
+
+    #[test]
+    fn old_hex_secrets_sign_with_their_base64_decoding() {
+        let old = format!("whsec_{}", "ab".repeat(32));
+        let key = standard_key(&old);
+        assert_eq!(key.len(), 48);
+        assert_eq!(key, BASE64.decode("ab".repeat(32)).unwrap());
+        // Never issued, but not fatal: the raw bytes.
+        assert_eq!(standard_key("not-whsec"), b"not-whsec");
+        assert_eq!(standard_key("whsec_!!"), b"whsec_!!");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = Utc.with_ymd_and_hms(2026, 10, 21, 7, 28, 0).unwrap();
+        assert_eq!(retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2026 07:30:30 GMT", now),
+            Some(Duration::from_secs(150))
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2026 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-5", now), None);
     }
 }

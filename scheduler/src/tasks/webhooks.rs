@@ -136,6 +136,7 @@ impl WebhookDelivery {
     delivery.id = %delivery.delivery_id,
     event.id = %delivery.event_id,
     attempt = delivery.attempt,
+    manual = delivery.manual,
 ))]
 async fn attempt(
     pool: PgPool,

@@ -42,4 +42,5 @@ mod storage_s3;
 mod tenancy;
 mod tools;
 mod usage;
+mod webhook_tools;
 mod webhooks;

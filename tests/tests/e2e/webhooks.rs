@@ -12,10 +12,10 @@ use unigen_tests::{TestApp, TestOptions, json_of};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-const WAIT: Duration = Duration::from_secs(60);
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
 
 /// HMAC-SHA256 (RFC 2104) from SHA-256 alone: the receiver's own check.
-fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+pub(crate) fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
     const BLOCK: usize = 64;
     let mut key = if key.len() > BLOCK {
         Sha256::digest(key).to_vec()
@@ -52,7 +52,7 @@ fn the_tests_own_hmac_matches_rfc_4231() {
 }
 
 /// A loopback receiver: answers `failures` requests with `status`, then 200.
-async fn receiver(failures: u64, status: u16) -> MockServer {
+pub(crate) async fn receiver(failures: u64, status: u16) -> MockServer {
     let server = MockServer::start().await;
     if failures > 0 {
         Mock::given(method("POST"))
@@ -70,7 +70,7 @@ async fn receiver(failures: u64, status: u16) -> MockServer {
     server
 }
 
-fn header<'a>(request: &'a Request, name: &str) -> &'a str {
+pub(crate) fn header<'a>(request: &'a Request, name: &str) -> &'a str {
     request
         .headers
         .get(name)
@@ -81,7 +81,7 @@ fn header<'a>(request: &'a Request, name: &str) -> &'a str {
 
 /// Checks a received request the way a receiver must (signature, timestamp
 /// tolerance, envelope) and returns the envelope.
-fn verified(request: &Request, secret: &str) -> Value {
+pub(crate) fn verified(request: &Request, secret: &str) -> Value {
     assert_eq!(header(request, "content-type"), "application/json");
     let timestamp: i64 = header(request, "x-service-timestamp").parse().unwrap();
     let mut signed = format!("{timestamp}:").into_bytes();
@@ -112,7 +112,7 @@ fn verified(request: &Request, secret: &str) -> Value {
 }
 
 /// Polls until `check` returns something, or fails after `WAIT`.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -130,7 +130,7 @@ where
     }
 }
 
-async fn requests_of(server: &MockServer, at_least: usize) -> Vec<Request> {
+pub(crate) async fn requests_of(server: &MockServer, at_least: usize) -> Vec<Request> {
     eventually(&format!("{at_least} requests at the receiver"), || async {
         let requests = server.received_requests().await.unwrap_or_default();
         (requests.len() >= at_least).then_some(requests)
@@ -138,12 +138,16 @@ async fn requests_of(server: &MockServer, at_least: usize) -> Vec<Request> {
     .await
 }
 
-async fn create_webhook(app: &TestApp, key: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn create_webhook(app: &TestApp, key: &str, body: Value) -> (u16, Value) {
     json_of(app.post_json("/api/v1/webhooks", key, &body).await).await
 }
 
 /// Registers a webhook for `events` at the receiver; `(id, secret)`.
-async fn register(app: &TestApp, server: &MockServer, events: &[&str]) -> (String, String) {
+pub(crate) async fn register(
+    app: &TestApp,
+    server: &MockServer,
+    events: &[&str],
+) -> (String, String) {
     let (status, body) = create_webhook(
         app,
         &app.key,
@@ -157,7 +161,7 @@ async fn register(app: &TestApp, server: &MockServer, events: &[&str]) -> (Strin
     )
 }
 
-async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
+pub(crate) async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
     let (status, body) = json_of(
         app.get(
             &format!("/api/v1/webhooks/{webhook}/deliveries?limit=100"),
@@ -171,7 +175,7 @@ async fn deliveries(app: &TestApp, webhook: &str) -> Vec<Value> {
 }
 
 /// Waits until every delivery of the webhook is finished and `count` exist.
-async fn finished_deliveries(app: &TestApp, webhook: &str, count: usize) -> Vec<Value> {
+pub(crate) async fn finished_deliveries(app: &TestApp, webhook: &str, count: usize) -> Vec<Value> {
     eventually("finished deliveries", || async {
         let list = deliveries(app, webhook).await;
         (list.len() == count && list.iter().all(|d| d["status"] != "pending")).then_some(list)
@@ -179,7 +183,7 @@ async fn finished_deliveries(app: &TestApp, webhook: &str, count: usize) -> Vec<
     .await
 }
 
-async fn send_test_event(app: &TestApp, webhook: &str) -> String {
+pub(crate) async fn send_test_event(app: &TestApp, webhook: &str) -> String {
     let (status, body) = json_of(
         app.post_json(
             &format!("/api/v1/webhooks/{webhook}/test"),

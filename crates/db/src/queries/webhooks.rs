@@ -189,6 +189,113 @@ pub async fn insert_delivery(
     Ok(())
 }
 
+/// What a redelivery request found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedeliverOutcome {
+    /// An extra attempt of this event is due now.
+    Queued { event_id: Uuid },
+    /// No such delivery of this webhook.
+    NotFound,
+    /// An attempt is in flight; its result is not known yet.
+    InFlight,
+}
+
+/// Makes an extra attempt of one delivery of `webhook_id` due now, outside
+/// the retry schedule. A finished delivery becomes pending for that one
+/// attempt; a pending one keeps its scheduled next attempt (`resume_at`) in
+/// case the extra attempt fails. Committed before it returns, so the attempt
+/// survives the API process; the scheduler's claim makes it exactly once.
+pub async fn redeliver(
+    conn: &mut AsyncPgConnection,
+    webhook_id: Uuid,
+    delivery_id: Uuid,
+) -> Result<RedeliverOutcome, DbError> {
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let target = webhook_deliveries::table.filter(
+            webhook_deliveries::id
+                .eq(delivery_id)
+                .and(webhook_deliveries::webhook_id.eq(webhook_id)),
+        );
+        let Some(delivery) = target
+            .select(WebhookDelivery::as_select())
+            .for_update()
+            .first(conn)
+            .await
+            .optional()?
+        else {
+            return Ok(RedeliverOutcome::NotFound);
+        };
+        let now = Utc::now();
+        if delivery.status == "pending" {
+            // A claim counts the attempt and leases the row until
+            // `next_attempt_at`; the attempt's row is written when it ends.
+            let leased = delivery.attempts > 0 && delivery.next_attempt_at > now;
+            if leased && !attempt_recorded(conn, delivery.id, delivery.attempts).await? {
+                return Ok(RedeliverOutcome::InFlight);
+            }
+            diesel::sql_query(
+                "UPDATE webhook_deliveries SET \
+                   resume_at = CASE WHEN manual_attempt THEN resume_at ELSE next_attempt_at END, \
+                   manual_attempt = true, next_attempt_at = now() WHERE id = $1",
+            )
+            .bind::<SqlUuid, _>(delivery.id)
+            .execute(conn)
+            .await?;
+        } else {
+            diesel::update(webhook_deliveries::table.find(delivery.id))
+                .set((
+                    webhook_deliveries::status.eq("pending"),
+                    webhook_deliveries::manual_attempt.eq(true),
+                    webhook_deliveries::resume_at.eq(None::<DateTime<Utc>>),
+                    webhook_deliveries::next_attempt_at.eq(diesel::dsl::now),
+                    webhook_deliveries::completed_at.eq(None::<DateTime<Utc>>),
+                ))
+                .execute(conn)
+                .await?;
+        }
+        Ok(RedeliverOutcome::Queued {
+            event_id: delivery.event_id,
+        })
+    })
+    .await
+}
+
+async fn attempt_recorded(
+    conn: &mut AsyncPgConnection,
+    delivery_id: Uuid,
+    number: i32,
+) -> Result<bool, DbError> {
+    Ok(diesel::select(diesel::dsl::exists(
+        webhook_attempts::table.filter(
+            webhook_attempts::delivery_id
+                .eq(delivery_id)
+                .and(webhook_attempts::number.eq(number)),
+        ),
+    ))
+    .get_result(conn)
+    .await?)
+}
+
+/// Replay: every `failed` delivery of `webhook_id` whose event was created
+/// at or after `since` gets one extra attempt, due now. Returns how many.
+pub async fn replay_failed(
+    conn: &mut AsyncPgConnection,
+    webhook_id: Uuid,
+    since: DateTime<Utc>,
+) -> Result<usize, DbError> {
+    Ok(diesel::sql_query(
+        "UPDATE webhook_deliveries d SET status = 'pending', manual_attempt = true, \
+           resume_at = NULL, next_attempt_at = now(), completed_at = NULL \
+          FROM events e \
+         WHERE d.webhook_id = $1 AND d.status = 'failed' AND e.id = d.event_id \
+           AND e.created_at >= $2",
+    )
+    .bind::<SqlUuid, _>(webhook_id)
+    .bind::<Timestamptz, _>(since)
+    .execute(conn)
+    .await?)
+}
+
 /// A delivery as listed: the row, its event's kind and its finished attempts.
 #[derive(Debug, Clone)]
 pub struct DeliveryLog {
@@ -271,6 +378,17 @@ pub struct ClaimedDelivery {
     pub data: serde_json::Value,
     #[diesel(sql_type = Timestamptz)]
     pub event_created_at: DateTime<Utc>,
+    /// An extra attempt (redeliver, replay), outside the retry schedule.
+    #[diesel(sql_type = Bool)]
+    pub manual: bool,
+    /// Extra attempts before this one: `attempt - manual_attempts` is the
+    /// position in the schedule.
+    #[diesel(sql_type = Integer)]
+    pub manual_attempts: i32,
+    /// A pending delivery redelivered early: its next scheduled attempt,
+    /// restored if this extra attempt fails.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub resume_at: Option<DateTime<Utc>>,
 }
 
 impl ClaimedDelivery {
@@ -307,7 +425,8 @@ pub async fn claim_due(
           WHERE d.id = due.id AND w.id = d.webhook_id AND e.id = d.event_id \
          RETURNING d.id AS delivery_id, d.attempts AS attempt, w.id AS webhook_id, w.url, \
                    w.secret, w.headers, e.id AS event_id, e.org_id, e.type AS event_type, \
-                   e.data, e.created_at AS event_created_at",
+                   e.data, e.created_at AS event_created_at, d.manual_attempt AS manual, \
+                   d.manual_attempts, d.resume_at",
     )
     .bind::<BigInt, _>(limit)
     .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
@@ -350,9 +469,10 @@ pub enum Settled {
     Deleted,
 }
 
-/// Records a finished attempt and moves the delivery on: succeeded (and the
-/// webhook's failure counter reset), retried later, or failed (counted
-/// against the webhook, which is disabled at `disable_after_failures`).
+/// Records a finished attempt and moves the delivery on ([`next_step`]):
+/// succeeded (and the webhook's failure counter reset), retried later, or
+/// failed (counted against the webhook, which is disabled at
+/// `disable_after_failures`, or at once by a 410 Gone).
 /// Updates are fenced on the attempt number, so a late result of an attempt
 /// whose lease expired changes nothing but its own attempt row.
 pub async fn record_attempt(
@@ -394,52 +514,43 @@ pub async fn record_attempt(
             .on_conflict_do_nothing()
             .execute(conn)
             .await?;
-        let retry = settings.retry_delay(claimed.attempt);
-        let (status, next_attempt) = if outcome.succeeded() {
-            ("succeeded", None)
-        } else if let Some(delay) = retry {
-            ("pending", Some(delay))
-        } else {
-            ("failed", None)
+        let now = Utc::now();
+        let next = next_step(claimed, outcome, settings, now);
+        let (status, next_attempt_at, completed_at) = match next {
+            Next::Succeeded => ("succeeded", None, Some(now)),
+            Next::Retry(at) => ("pending", Some(at), None),
+            Next::Failed { .. } | Next::Gone => ("failed", None, Some(now)),
         };
-        let updated = match next_attempt {
-            Some(delay) => {
-                let at =
-                    Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-                diesel::update(ours)
-                    .set((
-                        webhook_deliveries::next_attempt_at.eq(at),
-                        webhook_deliveries::last_status_code.eq(status_code),
-                        webhook_deliveries::last_error.eq(&outcome.error),
-                    ))
-                    .execute(conn)
-                    .await?
-            }
-            None => {
-                diesel::update(ours)
-                    .set((
-                        webhook_deliveries::status.eq(status),
-                        webhook_deliveries::completed_at.eq(Some(Utc::now())),
-                        webhook_deliveries::last_status_code.eq(status_code),
-                        webhook_deliveries::last_error.eq(&outcome.error),
-                    ))
-                    .execute(conn)
-                    .await?
-            }
-        };
+        let updated = diesel::update(ours)
+            .set((
+                webhook_deliveries::status.eq(status),
+                webhook_deliveries::completed_at.eq(completed_at),
+                webhook_deliveries::last_status_code.eq(status_code),
+                webhook_deliveries::last_error.eq(&outcome.error),
+                webhook_deliveries::manual_attempt.eq(false),
+                webhook_deliveries::manual_attempts
+                    .eq(webhook_deliveries::manual_attempts + i32::from(claimed.manual)),
+                webhook_deliveries::resume_at.eq(None::<DateTime<Utc>>),
+                // Read only while pending.
+                webhook_deliveries::next_attempt_at.eq(next_attempt_at.unwrap_or(now)),
+            ))
+            .execute(conn)
+            .await?;
         if updated == 0 {
             return Ok(Settled::Stale);
         }
-        match status {
-            "succeeded" => {
+        match next {
+            Next::Succeeded => {
                 diesel::update(webhooks::table.find(claimed.webhook_id))
                     .set(webhooks::consecutive_failures.eq(0))
                     .execute(conn)
                     .await?;
                 Ok(Settled::Succeeded)
             }
-            "pending" => Ok(Settled::RetryScheduled),
-            _ => {
+            Next::Retry(_) => Ok(Settled::RetryScheduled),
+            // Already counted when the delivery first failed.
+            Next::Failed { counted: false } => Ok(Settled::Failed { disabled: false }),
+            Next::Failed { counted: true } => {
                 let disabled = count_failed_delivery(
                     conn,
                     claimed.webhook_id,
@@ -448,9 +559,91 @@ pub async fn record_attempt(
                 .await?;
                 Ok(Settled::Failed { disabled })
             }
+            Next::Gone => {
+                let disabled = disable_gone(conn, claimed.webhook_id).await?;
+                Ok(Settled::Failed { disabled })
+            }
         }
     })
     .await
+}
+
+/// Where a finished attempt leaves its delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Succeeded,
+    /// Pending again, next attempt at this time.
+    Retry(DateTime<Utc>),
+    /// Failed for good; `counted`: towards the webhook's automatic disable.
+    Failed {
+        counted: bool,
+    },
+    /// The receiver answered 410 Gone: failed, and the webhook disabled.
+    Gone,
+}
+
+/// The receiver's status that disables its webhook at once.
+const GONE: u16 = 410;
+
+/// Decides the delivery's next step after an attempt ended at `now`.
+///
+/// - A 2xx succeeds; a 410 Gone fails it and disables the webhook.
+/// - An extra attempt (redeliver, replay) that fails leaves a pending
+///   delivery's schedule as it was (`resume_at`) and ends a finished one
+///   `failed` again, not counted a second time.
+/// - A scheduled attempt is retried after the schedule's wait for its
+///   position (extra attempts do not move it), or the receiver's
+///   `Retry-After` when that is later, capped at the schedule's longest wait.
+fn next_step(
+    claimed: &ClaimedDelivery,
+    outcome: &AttemptOutcome,
+    settings: &WebhookSettings,
+    now: DateTime<Utc>,
+) -> Next {
+    if outcome.succeeded() {
+        return Next::Succeeded;
+    }
+    if outcome.status_code == Some(GONE) {
+        return Next::Gone;
+    }
+    let after =
+        |delay: Duration| now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+    let asked = outcome.retry_after.map(|wait| {
+        let longest = settings.retry_delays_ms.iter().copied().max().unwrap_or(0);
+        after(wait.min(Duration::from_millis(longest)))
+    });
+    if claimed.manual {
+        return match claimed.resume_at {
+            Some(scheduled) => Next::Retry(asked.map_or(scheduled, |at| at.max(scheduled))),
+            None => Next::Failed { counted: false },
+        };
+    }
+    match settings.retry_delay(claimed.attempt - claimed.manual_attempts) {
+        Some(delay) => {
+            let scheduled = after(delay);
+            Next::Retry(asked.map_or(scheduled, |at| at.max(scheduled)))
+        }
+        None => Next::Failed { counted: true },
+    }
+}
+
+/// Disables the webhook because its receiver answered 410 Gone; true when
+/// this call disabled it.
+async fn disable_gone(conn: &mut AsyncPgConnection, webhook_id: Uuid) -> Result<bool, DbError> {
+    let disabled =
+        diesel::update(webhooks::table.filter(webhooks::id.eq(webhook_id).and(webhooks::enabled)))
+            .set((
+                webhooks::enabled.eq(false),
+                webhooks::consecutive_failures.eq(webhooks::consecutive_failures + 1),
+                webhooks::disabled_at.eq(Some(Utc::now())),
+                webhooks::disabled_reason.eq(Some(
+                    "the receiver answered 410 Gone; re-enable with PATCH enabled=true",
+                )),
+                webhooks::updated_at.eq(diesel::dsl::now),
+            ))
+            .execute(conn)
+            .await?;
+    Ok(disabled == 1)
 }
 
 /// Counts one more failed delivery; at `threshold` the webhook is disabled.
@@ -493,10 +686,117 @@ pub struct AttemptOutcome {
     pub status_code: Option<u16>,
     pub error: Option<String>,
     pub duration: Duration,
+    /// The receiver's `Retry-After` on a 429 or 503 answer.
+    pub retry_after: Option<Duration>,
 }
 
 impl AttemptOutcome {
     pub fn succeeded(&self) -> bool {
         self.error.is_none() && self.status_code.is_some_and(|c| (200..300).contains(&c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn claimed(attempt: i32, manual: bool, resume_at: Option<DateTime<Utc>>) -> ClaimedDelivery {
+        ClaimedDelivery {
+            delivery_id: Uuid::nil(),
+            attempt,
+            webhook_id: Uuid::nil(),
+            url: String::new(),
+            secret: String::new(),
+            headers: serde_json::Value::Null,
+            event_id: Uuid::nil(),
+            org_id: Uuid::nil(),
+            event_type: String::new(),
+            data: serde_json::Value::Null,
+            event_created_at: Utc::now(),
+            manual,
+            manual_attempts: 0,
+            resume_at,
+        }
+    }
+
+    fn answered(code: u16, retry_after: Option<u64>) -> AttemptOutcome {
+        AttemptOutcome {
+            status_code: Some(code),
+            error: None,
+            duration: Duration::ZERO,
+            retry_after: retry_after.map(Duration::from_secs),
+        }
+    }
+
+    #[test]
+    fn retry_after_wins_only_when_later_and_is_capped_at_the_longest_wait() {
+        let settings = WebhookSettings::default();
+        let now = Utc.with_ymd_and_hms(2026, 11, 27, 8, 0, 0).unwrap();
+        let secs = |n: i64| Next::Retry(now + chrono::Duration::seconds(n));
+        let step = |outcome| next_step(&claimed(1, false, None), &outcome, &settings, now);
+        assert_eq!(step(answered(503, None)), secs(30));
+        assert_eq!(step(answered(503, Some(10))), secs(30));
+        assert_eq!(step(answered(429, Some(120))), secs(120));
+        assert_eq!(step(answered(503, Some(86_400))), secs(3_600));
+        // The last scheduled attempt is not retried, whatever it asks.
+        let last = next_step(
+            &claimed(5, false, None),
+            &answered(503, Some(60)),
+            &settings,
+            now,
+        );
+        assert_eq!(last, Next::Failed { counted: true });
+        // Extra attempts do not move the schedule's position.
+        let mut after_extra = claimed(6, false, None);
+        after_extra.manual_attempts = 2;
+        assert_eq!(
+            next_step(&after_extra, &answered(500, None), &settings, now),
+            secs(3_600)
+        );
+    }
+
+    #[test]
+    fn gone_and_extra_attempts_end_as_documented() {
+        let settings = WebhookSettings::default();
+        let now = Utc.with_ymd_and_hms(2026, 11, 27, 8, 0, 0).unwrap();
+        let scheduled = now + chrono::Duration::minutes(10);
+        assert_eq!(
+            next_step(
+                &claimed(1, false, None),
+                &answered(410, None),
+                &settings,
+                now
+            ),
+            Next::Gone
+        );
+        assert_eq!(
+            next_step(
+                &claimed(6, true, None),
+                &answered(500, None),
+                &settings,
+                now
+            ),
+            Next::Failed { counted: false }
+        );
+        assert_eq!(
+            next_step(
+                &claimed(2, true, Some(scheduled)),
+                &answered(500, None),
+                &settings,
+                now
+            ),
+            Next::Retry(scheduled)
+        );
+        assert_eq!(
+            next_step(
+                &claimed(2, true, Some(scheduled)),
+                &answered(200, None),
+                &settings,
+                now
+            ),
+            Next::Succeeded
+        );
     }
 }
