@@ -363,11 +363,11 @@ async fn chat_uploads_webhooks_and_agent_runs_replay_without_running_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_while_the_first_request_waits_is_409_then_gets_the_first_answer() {
-    // No worker: the sync request waits out the server's 2 s wait limit.
+    // No worker: the sync request waits out the server's 3 s wait limit.
     let app = TestApp::spawn_with(
         TestOptions::default()
             .without_worker()
-            .configure(|settings| settings.jobs.sync_wait_seconds = 2),
+            .configure(|settings| settings.jobs.sync_wait_seconds = 3),
     )
     .await;
     let body = json!({"prompt": "a slow lighthouse"});
@@ -376,7 +376,7 @@ async fn a_retry_while_the_first_request_waits_is_409_then_gets_the_first_answer
         .post(app.url("/api/v1/images/generations"))
         .bearer_auth(&app.key)
         .header("Idempotency-Key", "impatient-1")
-        .timeout(std::time::Duration::from_millis(500))
+        .timeout(std::time::Duration::from_millis(1000))
         .json(&body)
         .send()
         .await;
