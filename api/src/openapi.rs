@@ -180,7 +180,9 @@ impl Modify for IdempotentPosts {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
         use utoipa::openapi::schema::{ObjectBuilder, Type};
-        use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, ResponseBuilder};
+        use utoipa::openapi::{
+            ContentBuilder, HeaderBuilder, Ref, RefOr, Required, ResponseBuilder,
+        };
         let answers = [
             (
                 "400",
@@ -230,6 +232,27 @@ impl Modify for IdempotentPosts {
                     .build()
                     .into(),
             );
+            // Every answer that can be kept says when it is a replay.
+            for (status, response) in operation.responses.responses.iter_mut() {
+                if let (true, RefOr::T(response)) = (status.starts_with('2'), response) {
+                    response.headers.insert(
+                        "Idempotent-Replayed".to_owned(),
+                        HeaderBuilder::new()
+                            .schema(Some(
+                                ObjectBuilder::new()
+                                    .schema_type(Type::String)
+                                    .enum_values(Some(["true"]))
+                                    .build(),
+                            ))
+                            .description(Some(
+                                "`true` when this is the kept answer of an earlier request with \
+                                 the same `Idempotency-Key`; absent otherwise",
+                            ))
+                            .build()
+                            .into(),
+                    );
+                }
+            }
             for (status, description) in answers {
                 match operation.responses.responses.get_mut(status) {
                     Some(RefOr::T(existing)) => {
