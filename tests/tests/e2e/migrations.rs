@@ -38,3 +38,67 @@ async fn two_processes_migrating_at_once_both_succeed_and_the_functions_are_curr
     assert!(unigen_db::run_migrations(&db.url).await.unwrap().is_empty());
     assert_eq!(function_count("unigen_admit").await, 1);
 }
+
+/// The keys API's migration gives the new `keys` scope to keys stored with
+/// every scope (how `all` was saved before it), and to no other key: run
+/// from the schema as it was before it (the later migrations and it rolled
+/// back with their down.sql).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_stored_with_every_earlier_scope_gain_the_keys_scope_and_others_do_not() {
+    let db = TestDatabase::empty().await.unwrap();
+    unigen_db::run_migrations(&db.url).await.unwrap();
+    let client = db.client().await;
+    let newest_first = [
+        (
+            "20261127130000",
+            include_str!("../../../migrations/2026-11-27-130000_idempotency_keys/down.sql"),
+        ),
+        (
+            "20261127120000",
+            include_str!("../../../migrations/2026-11-27-120000_job_cancel_after/down.sql"),
+        ),
+        (
+            "20261127110000",
+            include_str!("../../../migrations/2026-11-27-110000_keys_api/down.sql"),
+        ),
+    ];
+    for (version, down) in newest_first {
+        client.batch_execute(down).await.unwrap();
+        let removed = client
+            .execute(
+                "DELETE FROM __diesel_schema_migrations WHERE version = $1",
+                &[&version],
+            )
+            .await
+            .unwrap();
+        assert_eq!(removed, 1, "migration {version} was applied");
+    }
+    client
+        .batch_execute(
+            "INSERT INTO organizations (id, name, plan_code)
+                 VALUES ('00000000-0000-7000-8000-0000000000aa', 'Old', 'pro');
+             INSERT INTO api_keys (id, org_id, name, key_hash, key_prefix, scopes) VALUES
+               ('00000000-0000-7000-8000-0000000000a1', '00000000-0000-7000-8000-0000000000aa',
+                'all', sha256('a'::bytea), 'sk_aaaaaa',
+                ARRAY['chat','image','image_edit','video','music','tts','stt','usage','jobs','agents','webhooks']),
+               ('00000000-0000-7000-8000-0000000000a2', '00000000-0000-7000-8000-0000000000aa',
+                'some', sha256('b'::bytea), 'sk_bbbbbb', ARRAY['chat','image']);",
+        )
+        .await
+        .unwrap();
+
+    let applied = unigen_db::run_migrations(&db.url).await.unwrap();
+    assert_eq!(applied.len(), 3, "{applied:?}");
+    let scopes = |name: &'static str| {
+        let client = &client;
+        async move {
+            let row = client
+                .query_one("SELECT scopes FROM api_keys WHERE name = $1", &[&name])
+                .await
+                .unwrap();
+            row.get::<_, Vec<String>>(0)
+        }
+    };
+    assert!(scopes("all").await.contains(&"keys".to_owned()));
+    assert_eq!(scopes("some").await, ["chat", "image"]);
+}
