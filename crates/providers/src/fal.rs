@@ -27,19 +27,14 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::http::{self, Attempt, connection_failure, with_retries};
-use super::outputs::{OutputSource, read_capped};
-use crate::upstream::{Auth, Upstream};
+use crate::queue_api::{self, QueueApi, Stop};
+use crate::upstream::Auth;
 use crate::vendor::{
     ImageCall, ImageUpstream, MEDIA_DEADLINE, MEDIA_MAX_OUTPUT, MediaUpstream, detached,
 };
 use unigen_core::ProviderError;
 use unigen_core::config::UpstreamSettings;
 
-/// First and longest pause between two status polls of a queued request.
-const FIRST_POLL: Duration = Duration::from_millis(500);
-const MAX_POLL: Duration = Duration::from_secs(5);
-/// The best-effort cancel request waits at most this long.
-const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest upstream message (in characters) an error keeps.
 const DETAIL_CHARS: usize = 200;
 /// The longest request id accepted (fal's are UUIDs).
@@ -48,29 +43,9 @@ const MAX_REQUEST_ID_CHARS: usize = 64;
 const MAX_APP_ID_CHARS: usize = 256;
 
 /// A fal queue upstream; cheap to clone.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct FalClient {
-    base_url: String,
-    /// Every configured key: redacted from whatever an error quotes.
-    api_keys: Vec<String>,
-    timeout: Duration,
-    first_poll: Duration,
-    max_poll: Duration,
-    /// The API itself (keys in turn, configured headers).
-    upstream: Upstream,
-}
-
-impl std::fmt::Debug for FalClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the key.
-        f.debug_struct("FalClient")
-            .field("base_url", &self.base_url)
-            .field("keys", &self.api_keys.len())
-            .field("timeout", &self.timeout)
-            .field("first_poll", &self.first_poll)
-            .field("max_poll", &self.max_poll)
-            .finish_non_exhaustive()
-    }
+    api: QueueApi,
 }
 
 /// The parts of a submit answer this adapter reads.
@@ -95,6 +70,7 @@ struct QueueStatus {
 }
 
 /// A submitted request: its id and where to ask about it.
+#[derive(Clone)]
 struct Queued {
     id: String,
     status_url: String,
@@ -102,34 +78,17 @@ struct Queued {
     cancel_url: String,
 }
 
-/// Why waiting for a submitted request stopped without its result.
-enum Stop {
-    /// The request ended (completed with an error, its result refused...):
-    /// nothing to cancel.
-    Ended(ProviderError),
-    /// Polling broke down: the request may still be running.
-    Lost(ProviderError),
-    Cancelled,
-    Deadline,
-}
-
 impl FalClient {
     pub fn new(settings: &UpstreamSettings) -> Self {
         Self {
-            base_url: settings.base_url.trim_end_matches('/').to_owned(),
-            api_keys: settings.keys(),
-            upstream: Upstream::new(settings, Auth::Scheme("Key"), &[]),
-            timeout: Duration::from_secs(settings.timeout_seconds),
-            first_poll: FIRST_POLL,
-            max_poll: MAX_POLL,
+            api: QueueApi::new(settings, Auth::Scheme("Key")),
         }
     }
 
     /// Tests poll in milliseconds rather than seconds.
     #[cfg(test)]
     fn with_polling(mut self, first: Duration, max: Duration) -> Self {
-        self.first_poll = first;
-        self.max_poll = max;
+        self.api = self.api.with_polling(first, max);
         self
     }
 
@@ -150,46 +109,21 @@ impl FalClient {
         deadline: Duration,
     ) -> Result<Value, ProviderError> {
         let owner_app = requests_root(app)?;
-        let submit_url = self.upstream.url(app);
-        let until = tokio::time::Instant::now() + deadline;
-        // Before fal names the request there is nothing to cancel upstream.
-        let submitted = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(cancelled()),
-            () = tokio::time::sleep_until(until) => return Err(timed_out(deadline)),
-            submitted = self.submit(&submit_url, input) => submitted?,
+        let submit_url = self.api.upstream.url(app);
+        let submit = async {
+            let queued = self.queued(owner_app, self.submit(&submit_url, input).await?)?;
+            tracing::debug!(app, request = %queued.id, "fal request queued");
+            Ok(queued)
         };
-        let queued = self.queued(owner_app, submitted)?;
-        let id = queued.id.as_str();
-        tracing::debug!(app, request = %id, "fal request queued");
-        let outcome = tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(Stop::Cancelled),
-            () = tokio::time::sleep_until(until) => Err(Stop::Deadline),
-            outcome = self.wait_for(&queued) => outcome,
-        };
-        match outcome {
-            Ok(result) => {
-                tracing::debug!(app, request = %id, "fal request completed");
-                Ok(result)
-            }
-            Err(Stop::Ended(error)) => {
-                tracing::debug!(app, request = %id, %error, "fal request ended without a result");
-                Err(error)
-            }
-            Err(Stop::Lost(error)) => {
-                self.cancel_request(&queued).await;
-                Err(error)
-            }
-            Err(Stop::Cancelled) => {
-                self.cancel_request(&queued).await;
-                Err(cancelled())
-            }
-            Err(Stop::Deadline) => {
-                self.cancel_request(&queued).await;
-                Err(timed_out(deadline))
-            }
-        }
+        queue_api::drive(
+            cancel,
+            deadline,
+            "request",
+            submit,
+            |queued| async move { self.wait_for(&queued).await },
+            |queued| async move { self.cancel_request(&queued).await },
+        )
+        .await
     }
 
     /// Downloads an output file URL (fal's CDN, e.g. `https://v3.fal.media/files/...`)
@@ -199,24 +133,17 @@ impl FalClient {
     /// redirect, except the configured API's own origin (`outputs`). The key
     /// is never sent.
     pub async fn download(&self, url: &str, max_bytes: usize) -> Result<Vec<u8>, ProviderError> {
-        let source = OutputSource {
-            base_url: &self.base_url,
-            api_key: None,
-            timeout: self.timeout,
-        };
-        with_retries(|| async {
-            let response = source.open(url).await?;
-            if !response.status().is_success() {
-                return Err(self.status_failure(response).await);
-            }
-            read_capped(response, max_bytes).await
-        })
-        .await
+        self.api
+            .download(url, max_bytes, false, |response| {
+                self.status_failure(response)
+            })
+            .await
     }
 
     async fn submit(&self, url: &str, input: &Value) -> Result<Submitted, ProviderError> {
         with_retries(|| async {
             let response = self
+                .api
                 .upstream
                 .send(|http| http.post(url).json(input))
                 .await?;
@@ -236,9 +163,11 @@ impl FalClient {
             .ok_or_else(|| {
                 ProviderError::Permanent("fal answered a request without a usable id".into())
             })?;
-        let root = self.upstream.url(&format!("{owner_app}/requests/{id}"));
+        let root = self.api.upstream.url(&format!("{owner_app}/requests/{id}"));
         let link = |given: Option<String>, built: String| {
-            given.filter(|url| self.is_api_url(url)).unwrap_or(built)
+            given
+                .filter(|url| self.api.is_api_url(url))
+                .unwrap_or(built)
         };
         Ok(Queued {
             status_url: link(submitted.status_url, format!("{root}/status")),
@@ -248,20 +177,14 @@ impl FalClient {
         })
     }
 
-    fn is_api_url(&self, url: &str) -> bool {
-        url.strip_prefix(self.base_url.as_str())
-            .is_some_and(|rest| rest.starts_with('/'))
-    }
-
     /// Polls until the request is completed, pausing `first_poll` growing to
     /// `max_poll`, then fetches its result.
     async fn wait_for(&self, queued: &Queued) -> Result<Value, Stop> {
-        let mut pause = self.first_poll;
-        loop {
+        for pause in self.api.pauses() {
             tokio::time::sleep(pause).await;
-            pause = pause.mul_f64(1.5).min(self.max_poll);
             let status = with_retries(|| async {
                 let response = self
+                    .api
                     .upstream
                     .send(|http| http.get(&queued.status_url))
                     .await?;
@@ -290,6 +213,7 @@ impl FalClient {
         // A completed request is not cancelled when its result cannot be had.
         with_retries(|| async {
             let response = self
+                .api
                 .upstream
                 .send(|http| http.get(&queued.response_url))
                 .await?;
@@ -303,8 +227,9 @@ impl FalClient {
     /// `PUT` the request's cancel link, once, without failing the caller.
     async fn cancel_request(&self, queued: &Queued) {
         let id = queued.id.as_str();
-        let timeout = self.timeout.min(CANCEL_TIMEOUT);
+        let timeout = self.api.cancel_timeout();
         match self
+            .api
             .upstream
             .send(|http| http.put(&queued.cancel_url).timeout(timeout))
             .await
@@ -360,16 +285,7 @@ impl FalClient {
             }
             _ => message(value),
         }?;
-        Some(self.clip(&text, DETAIL_CHARS))
-    }
-
-    /// `text` without the key, cut to `max_chars` characters.
-    fn clip(&self, text: &str, max_chars: usize) -> String {
-        let text = self
-            .api_keys
-            .iter()
-            .fold(text.to_owned(), |text, key| text.replace(key, "<redacted>"));
-        text.chars().take(max_chars).collect()
+        Some(self.api.clip(&text, DETAIL_CHARS))
     }
 }
 
@@ -436,15 +352,6 @@ fn valid_request_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_REQUEST_ID_CHARS
         && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-}
-
-fn cancelled() -> ProviderError {
-    ProviderError::Permanent("cancelled".into())
-}
-
-fn timed_out(deadline: Duration) -> ProviderError {
-    let secs = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
-    ProviderError::Transient(format!("the request did not finish within {secs}s"))
 }
 
 impl MediaUpstream for FalClient {

@@ -14,6 +14,7 @@ pub mod llm;
 pub mod local;
 pub mod openai;
 mod outputs;
+mod queue_api;
 pub mod registry;
 pub mod replicate;
 pub mod search;

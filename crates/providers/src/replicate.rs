@@ -18,8 +18,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::http::{self, Attempt, connection_failure, with_retries};
-use super::outputs::{OutputSource, read_capped};
-use crate::upstream::{Auth, Upstream};
+use crate::queue_api::{self, QueueApi, Stop};
+use crate::upstream::Auth;
 use crate::vendor::{
     ImageCall, ImageUpstream, MEDIA_DEADLINE, MEDIA_MAX_OUTPUT, MediaUpstream, detached,
 };
@@ -27,45 +27,19 @@ use futures_util::future::BoxFuture;
 use unigen_core::ProviderError;
 use unigen_core::config::UpstreamSettings;
 
-/// Retries of one request (create, one poll, one download) after a transient failure.
-/// First and longest pause between two polls of a running prediction.
-const FIRST_POLL: Duration = Duration::from_millis(500);
-const MAX_POLL: Duration = Duration::from_secs(5);
 /// Seconds Replicate may hold the create request open for a quick model.
 const PREFER_WAIT: &str = "wait=5";
-/// The best-effort cancel request waits at most this long.
-const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lengths (in characters) of upstream texts passed on.
 const DETAIL_CHARS: usize = 200;
 const PREDICTION_ERROR_CHARS: usize = 300;
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct ReplicateClient {
-    base_url: String,
-    /// Every configured key: redacted from whatever an error quotes.
-    api_keys: Vec<String>,
-    timeout: Duration,
-    first_poll: Duration,
-    max_poll: Duration,
-    /// The API itself (keys in turn, configured headers).
-    upstream: Upstream,
-}
-
-impl std::fmt::Debug for ReplicateClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never print the key.
-        f.debug_struct("ReplicateClient")
-            .field("base_url", &self.base_url)
-            .field("keys", &self.api_keys.len())
-            .field("timeout", &self.timeout)
-            .field("first_poll", &self.first_poll)
-            .field("max_poll", &self.max_poll)
-            .finish_non_exhaustive()
-    }
+    api: QueueApi,
 }
 
 /// The parts of a prediction this adapter reads.
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 struct Prediction {
     id: String,
     status: String,
@@ -77,40 +51,23 @@ struct Prediction {
     urls: Option<PredictionUrls>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 struct PredictionUrls {
     #[serde(default)]
     get: Option<String>,
 }
 
-/// Why waiting for a created prediction stopped without its output.
-enum Stop {
-    /// The prediction ended (failed, canceled...): nothing to cancel.
-    Ended(ProviderError),
-    /// Polling broke down: the prediction may still be running.
-    Lost(ProviderError),
-    Cancelled,
-    Deadline,
-}
-
 impl ReplicateClient {
     pub fn new(settings: &UpstreamSettings) -> Self {
-        let timeout = Duration::from_secs(settings.timeout_seconds);
         Self {
-            base_url: settings.base_url.trim_end_matches('/').to_owned(),
-            api_keys: settings.keys(),
-            upstream: Upstream::new(settings, Auth::Bearer, &[]),
-            timeout,
-            first_poll: FIRST_POLL,
-            max_poll: MAX_POLL,
+            api: QueueApi::new(settings, Auth::Bearer),
         }
     }
 
     /// Tests poll in milliseconds rather than seconds.
     #[cfg(test)]
     fn with_poll_interval(mut self, first: Duration, max: Duration) -> Self {
-        self.first_poll = first;
-        self.max_poll = max;
+        self.api = self.api.with_polling(first, max);
         self
     }
 
@@ -127,47 +84,23 @@ impl ReplicateClient {
         model: &str,
         input: &Value,
         cancel: &CancellationToken,
-        deadline: std::time::Duration,
+        deadline: Duration,
     ) -> Result<Value, ProviderError> {
         let (url, body) = self.create_request(model, input)?;
-        let until = tokio::time::Instant::now() + deadline;
-        // Before Replicate names the prediction there is nothing to cancel upstream.
-        let created = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(cancelled()),
-            () = tokio::time::sleep_until(until) => return Err(timed_out(deadline)),
-            created = self.create(&url, &body) => created?,
+        let create = async {
+            let created = self.create(&url, &body).await?;
+            tracing::debug!(model, prediction = %created.id, status = %created.status, "replicate prediction created");
+            Ok(created)
         };
-        let id = created.id.clone();
-        tracing::debug!(model, prediction = %id, status = %created.status, "replicate prediction created");
-        let outcome = tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(Stop::Cancelled),
-            () = tokio::time::sleep_until(until) => Err(Stop::Deadline),
-            outcome = self.wait_for(created) => outcome,
-        };
-        match outcome {
-            Ok(output) => {
-                tracing::debug!(model, prediction = %id, "replicate prediction succeeded");
-                Ok(output)
-            }
-            Err(Stop::Ended(error)) => {
-                tracing::debug!(model, prediction = %id, %error, "replicate prediction ended without output");
-                Err(error)
-            }
-            Err(Stop::Lost(error)) => {
-                self.cancel_prediction(&id).await;
-                Err(error)
-            }
-            Err(Stop::Cancelled) => {
-                self.cancel_prediction(&id).await;
-                Err(cancelled())
-            }
-            Err(Stop::Deadline) => {
-                self.cancel_prediction(&id).await;
-                Err(timed_out(deadline))
-            }
-        }
+        queue_api::drive(
+            cancel,
+            deadline,
+            "prediction",
+            create,
+            |created| self.wait_for(created),
+            |created| async move { self.cancel_prediction(&created.id).await },
+        )
+        .await
     }
 
     /// Downloads an output file URL (Replicate's delivery URLs) with a size
@@ -177,20 +110,11 @@ impl ReplicateClient {
     /// configured API's own origin (`outputs`). The key is sent only to the
     /// API itself.
     pub async fn download(&self, url: &str, max_bytes: usize) -> Result<Vec<u8>, ProviderError> {
-        let source = OutputSource {
-            base_url: &self.base_url,
-            // Output files under the API's origin (its files API).
-            api_key: self.api_keys.first().map(String::as_str),
-            timeout: self.timeout,
-        };
-        with_retries(|| async {
-            let response = source.open(url).await?;
-            if !response.status().is_success() {
-                return Err(self.status_failure(response).await);
-            }
-            read_capped(response, max_bytes).await
-        })
-        .await
+        self.api
+            .download(url, max_bytes, true, |response| {
+                self.status_failure(response)
+            })
+            .await
     }
 
     /// The create URL and body for `owner/name` or `owner/name:version`.
@@ -214,14 +138,14 @@ impl ReplicateClient {
         }
         match version {
             None => Ok((
-                format!("{}/models/{owner}/{name}/predictions", self.base_url),
+                format!("{}/models/{owner}/{name}/predictions", self.api.base_url),
                 serde_json::json!({ "input": input }),
             )),
             Some(version)
                 if !version.is_empty() && version.chars().all(|c| c.is_ascii_alphanumeric()) =>
             {
                 Ok((
-                    format!("{}/predictions", self.base_url),
+                    format!("{}/predictions", self.api.base_url),
                     serde_json::json!({ "version": version, "input": input }),
                 ))
             }
@@ -232,6 +156,7 @@ impl ReplicateClient {
     async fn create(&self, url: &str, body: &Value) -> Result<Prediction, ProviderError> {
         let prediction = with_retries(|| async {
             let response = self
+                .api
                 .upstream
                 .send(|http| http.post(url).header("Prefer", PREFER_WAIT).json(body))
                 .await?;
@@ -249,15 +174,14 @@ impl ReplicateClient {
     /// Polls until the prediction ends, pausing `first_poll` growing to `max_poll`.
     async fn wait_for(&self, mut prediction: Prediction) -> Result<Value, Stop> {
         let get_url = self.poll_url(&prediction);
-        let mut pause = self.first_poll;
+        let mut pauses = self.api.pauses();
         loop {
             if let Some(ended) = self.outcome(&mut prediction) {
                 return ended.map_err(Stop::Ended);
             }
-            tokio::time::sleep(pause).await;
-            pause = pause.mul_f64(1.5).min(self.max_poll);
+            tokio::time::sleep(pauses.next().unwrap_or_default()).await;
             prediction = with_retries(|| async {
-                let response = self.upstream.send(|http| http.get(&get_url)).await?;
+                let response = self.api.upstream.send(|http| http.get(&get_url)).await?;
                 self.read_prediction(response).await
             })
             .await
@@ -278,7 +202,7 @@ impl ReplicateClient {
                 Some(Err(ProviderError::Permanent(if reason.is_empty() {
                     "the prediction failed".to_owned()
                 } else {
-                    self.clip(&reason, PREDICTION_ERROR_CHARS)
+                    self.api.clip(&reason, PREDICTION_ERROR_CHARS)
                 })))
             }
             "canceled" => Some(Err(ProviderError::Permanent(
@@ -299,23 +223,19 @@ impl ReplicateClient {
             .urls
             .as_ref()
             .and_then(|urls| urls.get.as_deref())
-            .filter(|url| self.is_api_url(url))
+            .filter(|url| self.api.is_api_url(url))
             .map_or_else(
-                || format!("{}/predictions/{}", self.base_url, prediction.id),
+                || format!("{}/predictions/{}", self.api.base_url, prediction.id),
                 str::to_owned,
             )
     }
 
-    fn is_api_url(&self, url: &str) -> bool {
-        url.strip_prefix(self.base_url.as_str())
-            .is_some_and(|rest| rest.starts_with('/'))
-    }
-
     /// `POST {base}/predictions/{id}/cancel`, once, without failing the caller.
     async fn cancel_prediction(&self, id: &str) {
-        let url = format!("{}/predictions/{id}/cancel", self.base_url);
-        let timeout = self.timeout.min(CANCEL_TIMEOUT);
+        let url = format!("{}/predictions/{id}/cancel", self.api.base_url);
+        let timeout = self.api.cancel_timeout();
         match self
+            .api
             .upstream
             .send(|http| http.post(url).timeout(timeout))
             .await
@@ -355,18 +275,9 @@ impl ReplicateClient {
                         .map(str::trim)
                         .filter(|t| !t.is_empty())
                 })
-                .map(|text| self.clip(text, DETAIL_CHARS))
+                .map(|text| self.api.clip(text, DETAIL_CHARS))
         })
         .await
-    }
-
-    /// `text` without the key, cut to `max_chars` characters.
-    fn clip(&self, text: &str, max_chars: usize) -> String {
-        let text = self
-            .api_keys
-            .iter()
-            .fold(text.to_owned(), |text, key| text.replace(key, "<redacted>"));
-        text.chars().take(max_chars).collect()
     }
 }
 
@@ -424,15 +335,6 @@ fn valid_id(id: &str) -> bool {
         && id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-}
-
-fn cancelled() -> ProviderError {
-    ProviderError::Permanent("cancelled".into())
-}
-
-fn timed_out(deadline: Duration) -> ProviderError {
-    let secs = deadline.as_secs() + u64::from(deadline.subsec_nanos() > 0);
-    ProviderError::Transient(format!("the prediction did not finish within {secs}s"))
 }
 
 /// The first file URL in a prediction output: a string, or the first string of an array, or {"url": ...}.
