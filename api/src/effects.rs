@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 use actix_web::web::Bytes;
 use uuid::Uuid;
 
-/// What a request created, told by its handler.
+/// What a request created, told by its handler. Inert (records nothing,
+/// builds nothing) unless the request carries an `Idempotency-Key`.
 #[derive(Debug, Clone, Default)]
-pub struct Effects(Arc<Mutex<EffectsInner>>);
+pub struct Effects(Option<Arc<Mutex<EffectsInner>>>);
 
 #[derive(Debug, Default)]
 pub(crate) struct EffectsInner {
@@ -22,25 +23,35 @@ pub(crate) struct EffectsInner {
 }
 
 impl Effects {
-    pub fn job_submitted(&self, accepted_body: Bytes) {
-        self.lock().job = Some(accepted_body);
+    /// Effects that are kept: the idempotency middleware's.
+    pub(crate) fn recording() -> Self {
+        Self(Some(Arc::default()))
+    }
+
+    /// A job was submitted; `accepted` builds its async creation body.
+    pub fn job_submitted(&self, accepted: impl FnOnce() -> Option<Bytes>) {
+        self.record(|effects| effects.job = accepted());
     }
 
     pub fn run_started(&self, run_id: Uuid) {
-        self.lock().run = Some(run_id);
+        self.record(|effects| effects.run = Some(run_id));
     }
 
     /// Keeps `body` as the replayed answer instead of the response's own
     /// (a new key's answer without its value, which is never stored).
-    pub fn replay_with(&self, body: Bytes) {
-        self.lock().replay_body = Some(body);
+    pub fn replay_with(&self, body: impl FnOnce() -> Option<Bytes>) {
+        self.record(|effects| effects.replay_body = body());
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, EffectsInner> {
-        self.0.lock().expect("idempotency effects poisoned")
+    fn record(&self, change: impl FnOnce(&mut EffectsInner)) {
+        if let Some(effects) = &self.0 {
+            change(&mut effects.lock().expect("idempotency effects poisoned"));
+        }
     }
 
     pub(crate) fn take(&self) -> EffectsInner {
-        std::mem::take(&mut *self.lock())
+        let mut taken = EffectsInner::default();
+        self.record(|effects| taken = std::mem::take(effects));
+        taken
     }
 }

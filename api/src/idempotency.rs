@@ -201,9 +201,10 @@ pub async fn idempotency(
     // Authenticated once: the handler's extractor reuses this caller. A
     // refused key goes on to the handler, which answers in its own format
     // (the legacy routes' envelope).
-    let Ok(caller) = req.extract::<Caller>().await else {
+    let Ok(mut caller) = req.extract::<Caller>().await else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
+    caller.effects = Effects::recording();
     req.extensions_mut().insert(caller.clone());
     let body = match read_body(&mut req).await {
         Ok(body) => body,

@@ -270,9 +270,11 @@ pub async fn run(
         })
         .await?;
     state.metrics.job_submitted(generation.tool);
-    if let Ok(accepted) = serde_json::to_vec(&AsyncJobCreated::from(&job)) {
-        caller.effects.job_submitted(accepted.into());
-    }
+    caller.effects.job_submitted(|| {
+        serde_json::to_vec(&AsyncJobCreated::from(&job))
+            .ok()
+            .map(Into::into)
+    });
     let limit = match delivery {
         Delivery::Async | Delivery::RespondAsync => return Ok(answer(Outcome::Accepted(job))),
         Delivery::Wait(seconds) => Duration::from_secs(seconds),

@@ -207,9 +207,9 @@ pub async fn create_key(
     };
     let view = KeyView::from(&key);
     // An Idempotency-Key replay answers the same fields without the value.
-    if let Ok(kept) = serde_json::to_vec(&view) {
-        caller.effects.replay_with(kept.into());
-    }
+    caller
+        .effects
+        .replay_with(|| serde_json::to_vec(&view).ok().map(Into::into));
     Ok(HttpResponse::Created().json(CreatedKey {
         id: view.id,
         name: view.name,
