@@ -305,7 +305,22 @@ pub struct DeliveryLog {
 }
 
 /// A webhook's most recent deliveries, newest first, optionally of one status.
+/// Deliveries and their attempts are read in one snapshot: an attempt is
+/// never listed without the schedule its recording set.
 pub async fn recent_deliveries(
+    conn: &mut AsyncPgConnection,
+    webhook_id: Uuid,
+    status: Option<&str>,
+    limit: i64,
+) -> Result<Vec<DeliveryLog>, DbError> {
+    conn.build_transaction()
+        .read_only()
+        .repeatable_read()
+        .run(async |conn| read_deliveries(conn, webhook_id, status, limit).await)
+        .await
+}
+
+async fn read_deliveries(
     conn: &mut AsyncPgConnection,
     webhook_id: Uuid,
     status: Option<&str>,
