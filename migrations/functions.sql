@@ -993,6 +993,7 @@ DECLARE
     purch bigint;
     ovr bigint;
     reserved bigint;
+    blocks_c bigint;
     credits bigint;
     hold_c bigint;
     hold_m bigint;
@@ -1032,6 +1033,12 @@ BEGIN
                  WHERE res.id IN (SELECT DISTINCT x.a FROM unnest(i_allowance, i_org) AS x(a, org)
                                    WHERE x.org = v_org)
                  ORDER BY res.id FOR UPDATE) s;
+        -- The organization's other blocks for sync requests (other processes',
+        -- or this one's for another bucket): like the batch's own, credits
+        -- held for requests like these, not spent.
+        SELECT coalesce(sum(res.credits), 0) INTO blocks_c FROM reservations res
+         WHERE res.org_id = v_org AND res.expires_at IS NOT NULL
+           AND res.id <> ALL (coalesce(r_ids, '{}'));
         k_period := '{}'; k_bucket := '{}'; k_used := '{}'; k_released := '{}'; k_remaining := '{}';
         incl := a.included_remaining;
         purch := a.purchased_balance;
@@ -1119,11 +1126,12 @@ BEGIN
             o_bucket := o_bucket || it.bkt;
             o_k := o_k || k;
             o_remaining := o_remaining || NULL::bigint;
-            -- What is left for the caller: the balance less the other
-            -- reservations (this organization's allowances in the batch are
-            -- blocks this process holds for requests like this one).
+            -- What is left for the caller: the balance less the jobs'
+            -- reservations (blocks for sync requests hold credits for
+            -- requests like this one, not spent ones).
             o_credits_left := o_credits_left || greatest(
-                incl + purch - reserved + (SELECT coalesce(sum(v), 0) FROM unnest(r_c) AS v), 0);
+                incl + purch - reserved + blocks_c
+                + (SELECT coalesce(sum(v), 0) FROM unnest(r_c) AS v), 0);
             o_over_enabled := o_over_enabled || a.overage_enabled;
             o_over_credits := o_over_credits || ovr;
             o_rate := o_rate || p.overage_rate_micros;
@@ -1151,10 +1159,12 @@ BEGIN
             END IF;
             lim := unigen_bucket_limit(p, k_bucket[n]);
             IF lim IS NOT NULL THEN
-                -- Less the other reservations, as for the credits.
+                -- Less the jobs' reservations, as for the credits (the
+                -- batch's blocks are updated by now).
                 k_remaining[n] := greatest(lim * 1000 - q.used_milli - q.reserved_milli
-                    + (SELECT coalesce(sum(y.m), 0) FROM unnest(r_b, r_m) AS y(b, m)
-                        WHERE y.b = k_bucket[n]), 0);
+                    + (SELECT coalesce(sum(res.bucket_milli), 0) FROM reservations res
+                        WHERE res.org_id = v_org AND res.bucket = k_bucket[n]
+                          AND res.period_start = k_period[n] AND res.expires_at IS NOT NULL), 0);
             END IF;
             IF unigen_bucket_events(q, lim) THEN
                 org_events := true;

@@ -109,8 +109,13 @@ pub async fn spawn(
         metering_idle,
         settings.metering.lease_slots_from.max(1),
     );
-    let (allowances, allowances_task, settle_task) =
-        metering::allowances::Allowances::spawn(pool.clone(), metering_lease, metering_idle);
+    let (allowances, allowances_task, settle_task) = metering::allowances::Allowances::spawn(
+        pool.clone(),
+        notifier.clone(),
+        metering_lease,
+        metering_idle,
+        settings.metering.flush_sync_charges,
+    );
     let (key_usage, key_usage_task) = key_cache::KeyUsage::spawn(pool.clone());
     let (keys, keys_task) = key_cache::KeyCache::spawn(
         Duration::from_secs(settings.http.key_cache_seconds),

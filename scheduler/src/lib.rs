@@ -82,10 +82,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         )),
         Box::new(tasks::agent_runs::AbandonedRuns::new(
             pool.clone(),
-            notifier,
+            notifier.clone(),
             Duration::from_secs(settings.agents.max_run_seconds),
         )),
-        Box::new(tasks::billing::Billing::new(pool.clone())),
+        Box::new(tasks::billing::Billing::new(
+            pool.clone(),
+            notifier,
+            Duration::from_secs(settings.metering.lease_seconds.max(3)),
+        )),
     ];
     if settings.jobs.retention_seconds > 0 {
         tasks.push(Box::new(tasks::retention::Retention::new(

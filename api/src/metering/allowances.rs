@@ -7,23 +7,31 @@
 //! admitted only from what this process holds in the database. When a
 //! request needs more than the block's free part, the block is resized in
 //! one statement that counts its own free part as available: a refusal is
-//! exact, and near a limit the block shrinks to what requests need. Settling
-//! a request charges its actual use out of the block (in batches: one
-//! statement and one commit per batch, which the request waits for, so an
-//! answer is never sent before its charge is durable) and gives the rest of
-//! its estimate back to the free part. A block idle for `metering.idle_ms`
-//! is given back; a crashed process's blocks expire after
-//! `metering.lease_seconds` and the scheduler releases them.
+//! exact, and near a limit the block shrinks to what requests need.
+//!
+//! A request's charge is first recorded (`recorded_charges`, one batched
+//! insert; the answer waits for that commit, so an API crash loses nothing)
+//! and settled afterwards, off the answer's path, in batches: its actual use
+//! charged out of the block, the rest of its estimate given back to the free
+//! part. The answer reports balances projected from the last settlement
+//! this process applied less what it recorded since; when it cannot (no
+//! settlement since the organization's blocks changed, or near the end of
+//! the credits) the answer waits for its own settlement and reports that.
+//! A block idle for `metering.idle_ms` is given back; a crashed process's
+//! blocks expire after `metering.lease_seconds` and the scheduler releases
+//! them, after settling the charges it left recorded.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use unigen_db::billing::{Bucket, Charge, Refusal, Settled};
+use unigen_db::billing::{AccountSnapshot, Bucket, BucketReport, Charge, Refusal, Settled};
 use unigen_db::models::UsageRecord;
+use unigen_db::notify::Notifier;
 use unigen_db::queries::billing;
 use unigen_db::queries::billing::{AllowanceGrowth, Amount, Grown, ShareItem};
 use unigen_db::{DbError, PgPool};
@@ -38,8 +46,11 @@ const MAX_BATCH: usize = 500;
 const GROWTH_FACTOR: i64 = 8;
 /// Idle entries without a hold are forgotten after this long.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
-
-type Settlement = Result<Settled, DbError>;
+/// Charge records written at once: each batch is one insert and one commit.
+const PARALLEL_RECORDS: usize = 4;
+/// How long a read of an organization's balances or usage waits for the
+/// charges this process recorded before it to be settled.
+const READ_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs `work` to its end even when the request awaiting it is dropped (a
 /// client gone mid-request): a block's row and this process's book of it
@@ -143,11 +154,97 @@ impl Allowance {
     }
 }
 
+/// A charge recorded and not settled yet.
+struct Unsettled {
+    credits: i64,
+    bucket: Option<Bucket>,
+    milli: i64,
+}
+
+/// What this process knows of an organization's balances, for the answers.
+#[derive(Default)]
+struct Ledger {
+    /// Balances after the last settlement this process applied; `None`
+    /// while unknown (none yet, or the organization's blocks changed since,
+    /// which they do when something else changed its balances).
+    account: Option<AccountSnapshot>,
+    /// Each bucket's remaining thousandths after that settlement (inner
+    /// `None`: unlimited).
+    remaining: HashMap<Bucket, Option<i64>>,
+    /// Recorded charges not settled yet, by sequence number.
+    unsettled: BTreeMap<u64, Unsettled>,
+}
+
+impl Ledger {
+    fn forget_balances(&mut self) {
+        self.account = None;
+        self.remaining.clear();
+    }
+
+    /// The answer for a charge of `used` (already in `unsettled`) without
+    /// waiting for its settlement: the last settlement's balances less every
+    /// charge recorded since. `None` when they are unknown, or when the
+    /// charges may reach into overage, whose split only the settlement knows.
+    fn project(&self, bucket: Option<Bucket>, used: Amount, multiplier: f64) -> Option<Charged> {
+        let account = self.account.as_ref()?;
+        if account.overage_active() {
+            return None;
+        }
+        let unsettled_credits: i64 = self.unsettled.values().map(|u| u.credits).sum();
+        let credits_remaining = account.credits_remaining - unsettled_credits;
+        if credits_remaining < 0 {
+            return None;
+        }
+        let bucket = match bucket {
+            None => None,
+            Some(bucket) => {
+                let remaining = (*self.remaining.get(&bucket)?).map(|milli| {
+                    let unsettled: i64 = self
+                        .unsettled
+                        .values()
+                        .filter(|u| u.bucket == Some(bucket))
+                        .map(|u| u.milli)
+                        .sum();
+                    (milli - unsettled).max(0)
+                });
+                Some(BucketReport {
+                    bucket,
+                    used_milli: used.milli,
+                    remaining_milli: remaining,
+                    multiplier,
+                })
+            }
+        };
+        Some(Charged {
+            credits: used.credits,
+            bucket,
+            account: AccountSnapshot {
+                credits_remaining,
+                ..account.clone()
+            },
+        })
+    }
+
+    /// A charge's settlement was applied (`settled`: by this process, with
+    /// the balances after it; `None`: by another, or not at all).
+    fn settled(&mut self, seq: u64, settled: Option<&Settled>) {
+        self.unsettled.remove(&seq);
+        if let Some(settled) = settled {
+            self.account = Some(settled.account.clone());
+            if let Some(report) = &settled.bucket {
+                self.remaining.insert(report.bucket, report.remaining_milli);
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Book {
     active: HashMap<Key, Allowance>,
     /// Blocks of ended periods: no longer admitting, settled and given back.
     retired: HashMap<Uuid, (Key, Allowance)>,
+    ledgers: HashMap<Uuid, Ledger>,
+    next_seq: u64,
 }
 
 impl Book {
@@ -160,18 +257,161 @@ impl Book {
 
     /// Moves the key's block to the retired ones; a fresh one takes its place.
     fn retire(&mut self, key: Key) {
+        self.forget_balances(key.org_id);
         if let Some(old) = self.active.insert(key, Allowance::new()) {
             self.retired.insert(old.id, (key, old));
         }
     }
+
+    fn forget_balances(&mut self, org_id: Uuid) {
+        if let Some(ledger) = self.ledgers.get_mut(&org_id) {
+            ledger.forget_balances();
+        }
+    }
+
+    /// A request is done with its hold: `used` of it was charged out of the
+    /// block, the rest is free again.
+    fn finish(&mut self, key: Key, id: Uuid, need: Amount, used: Amount) {
+        let Some(allowance) = self.find(key, id) else {
+            return;
+        };
+        allowance.promised = allowance.promised - need;
+        allowance.held = Amount {
+            credits: (allowance.held.credits - used.credits).max(0),
+            milli: (allowance.held.milli - used.milli).max(0),
+        };
+        allowance.charged = allowance.charged + used;
+        if allowance.resizing {
+            allowance.used_while_resizing = allowance.used_while_resizing + used;
+        }
+    }
+
+    /// Registers a charge about to be recorded; answers its sequence number.
+    fn unsettled(&mut self, org_id: Uuid, charge: Unsettled) -> u64 {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        self.ledgers
+            .entry(org_id)
+            .or_default()
+            .unsettled
+            .insert(seq, charge);
+        seq
+    }
+
+    /// Whether every charge of `org_id` up to `seq` is settled.
+    fn settled_through(&self, org_id: Uuid, seq: u64) -> bool {
+        self.ledgers
+            .get(&org_id)
+            .and_then(|ledger| ledger.unsettled.keys().next())
+            .is_none_or(|&first| first > seq)
+    }
+}
+
+/// What a sync request was charged, for its answer's usage object and
+/// headers: exact, or projected (see [`Ledger::project`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Charged {
+    pub credits: i64,
+    pub bucket: Option<BucketReport>,
+    pub account: AccountSnapshot,
+}
+
+impl Charged {
+    /// For a charge whose answer nobody reads.
+    fn unknown(used: Amount) -> Self {
+        Self {
+            credits: used.credits,
+            bucket: None,
+            account: AccountSnapshot::default(),
+        }
+    }
+}
+
+impl From<Settled> for Charged {
+    fn from(settled: Settled) -> Self {
+        Self {
+            credits: settled.credits,
+            bucket: settled.bucket,
+            account: settled.account,
+        }
+    }
+}
+
+/// A recorded charge on its way to settlement.
+#[derive(Clone)]
+struct Pending {
+    seq: u64,
+    key: Key,
+    allowance_id: Uuid,
+    need: Amount,
+    used: Amount,
+    request_id: Uuid,
+}
+
+/// Shared by the request path and the settlement batches.
+struct Shared {
+    pool: PgPool,
+    notifier: Notifier,
+    book: Mutex<Book>,
+    /// Notified after every applied settlement (reads waiting for theirs).
+    progress: Notify,
+}
+
+impl Shared {
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().expect("allowances lock")
+    }
+
+    /// Settles recorded charges in one transaction, then updates the book:
+    /// each request's hold is finished, each organization's balances are
+    /// those after its last charge in the batch.
+    async fn settle(&self, pending: Vec<Pending>) -> Result<Vec<Option<Settled>>, DbError> {
+        let ids: Vec<Uuid> = pending.iter().map(|p| p.request_id).collect();
+        let answers = {
+            let mut conn = self.pool.get().await?;
+            billing::settle_recorded(&mut conn, &ids).await?
+        };
+        let mut events = false;
+        {
+            let mut book = self.book();
+            for (p, answer) in pending.iter().zip(&answers) {
+                // Not recorded any more: the scheduler settled it as it was recorded.
+                book.finish(p.key, p.allowance_id, p.need, p.used);
+                if let Some(ledger) = book.ledgers.get_mut(&p.key.org_id) {
+                    ledger.settled(p.seq, answer.as_ref());
+                }
+                events |= answer.as_ref().is_some_and(|s| s.events_recorded);
+            }
+        }
+        if events {
+            self.notifier.events_recorded();
+        }
+        self.progress.notify_waiters();
+        Ok(answers)
+    }
+
+    /// A charge that could not be recorded or settled: its hold is counted
+    /// as used (the block is never believed to hold more than its row does)
+    /// and it leaves the ledger; if it was recorded, the scheduler settles it.
+    fn abandon(&self, p: &Pending) {
+        let mut book = self.book();
+        book.finish(p.key, p.allowance_id, p.need, p.need);
+        if let Some(ledger) = book.ledgers.get_mut(&p.key.org_id) {
+            ledger.settled(p.seq, None);
+            ledger.forget_balances();
+        }
+        drop(book);
+        self.progress.notify_waiters();
+    }
 }
 
 struct Inner {
-    pool: PgPool,
+    shared: Arc<Shared>,
     lease: Duration,
     idle: Duration,
-    book: Mutex<Book>,
-    settlements: Batched<Arc<ShareItem>, Settlement>,
+    flush: bool,
+    records: Batched<Arc<ShareItem>, ()>,
+    settlements: Batched<Pending, Option<Settled>>,
 }
 
 /// This process's allowances; cheap to clone.
@@ -194,41 +434,92 @@ pub struct Hold {
 
 impl Allowances {
     /// Starts the housekeeping (idle blocks given back, leases renewed:
-    /// abort it at shutdown, after [`Allowances::close`]) and the settlement
-    /// batches (ending with the last clone).
+    /// abort it at shutdown, after [`Allowances::close`]) and the batches
+    /// that record and settle charges (ending with the last clone).
+    /// `flush`: `metering.flush_sync_charges`.
     pub fn spawn(
         pool: PgPool,
+        notifier: Notifier,
         lease: Duration,
         idle: Duration,
+        flush: bool,
     ) -> (Self, JoinHandle<()>, JoinHandle<()>) {
-        let settle_pool = pool.clone();
-        let (settlements, settle_task) = Batched::spawn(
-            "settlements",
+        let shared = Arc::new(Shared {
+            pool: pool.clone(),
+            notifier,
+            book: Mutex::default(),
+            progress: Notify::new(),
+        });
+        let (records, records_task) = Batched::spawn(
+            "charge records",
             MAX_BATCH,
-            1,
+            PARALLEL_RECORDS,
             move |items: Vec<Arc<ShareItem>>| {
-                let pool = settle_pool.clone();
+                let pool = pool.clone();
                 async move {
                     let mut conn = pool.get().await?;
-                    billing::settle_shares(&mut conn, &items).await
+                    billing::record_charges(&mut conn, &items, flush).await?;
+                    Ok::<_, DbError>(vec![(); items.len()])
                 }
             },
         );
+        let settle_shared = shared.clone();
+        let (settlements, settle_task) =
+            Batched::spawn("settlements", MAX_BATCH, 1, move |pending: Vec<Pending>| {
+                let shared = settle_shared.clone();
+                async move { shared.settle(pending).await }
+            });
         let allowances = Self {
             inner: Arc::new(Inner {
-                pool,
+                shared,
                 lease,
                 idle,
-                book: Mutex::default(),
+                flush,
+                records,
                 settlements,
             }),
         };
         let task = super::housekeeping::spawn_housekeeping(allowances.clone(), idle, lease);
-        (allowances, task, settle_task)
+        let batches = tokio::spawn(async move {
+            let _ = records_task.await;
+            let _ = settle_task.await;
+        });
+        (allowances, task, batches)
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
-        self.inner.book.lock().expect("allowances lock")
+        self.inner.shared.book()
+    }
+
+    fn pool(&self) -> &PgPool {
+        &self.inner.shared.pool
+    }
+
+    /// Waits (up to a few seconds) until every charge this process recorded
+    /// for `org_id` so far is settled: a read of balances, usage or the
+    /// ledger then shows the answers it follows.
+    pub async fn settled(&self, org_id: Uuid) {
+        let Some(last) = self
+            .book()
+            .ledgers
+            .get(&org_id)
+            .and_then(|ledger| ledger.unsettled.keys().next_back().copied())
+        else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + READ_WAIT;
+        loop {
+            let progress = self.inner.shared.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            if self.book().settled_through(org_id, last) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, progress).await.is_err() {
+                tracing::warn!(org = %org_id, "reading before this process's charges were settled");
+                return;
+            }
+        }
     }
 
     /// Admits a request needing `need` (credits, and thousandths of
@@ -336,11 +627,13 @@ impl Allowances {
             }
         };
         let grown = async {
-            let mut conn = self.inner.pool.get().await?;
+            let mut conn = self.pool().get().await?;
             billing::grow_allowance(&mut conn, &growth).await
         }
         .await;
         let mut book = self.book();
+        // The balances the growth saw may differ from the last settlement's.
+        book.forget_balances(key.org_id);
         let allowance = book
             .active
             .get_mut(&key)
@@ -379,35 +672,111 @@ impl Allowances {
         }
     }
 
-    /// Runs a settlement in the next batch (alone if that batch fails).
-    async fn settle(&self, item: ShareItem) -> Settlement {
-        let item = Arc::new(item);
-        if let Some(settled) = self.inner.settlements.call(item.clone()).await {
-            return settled;
+    /// Records a request's charge and hands it to the settlement batches.
+    /// Answers once the record is committed: with projected balances when
+    /// the ledger allows, otherwise after the request's own settlement.
+    /// `answer` false: nobody reads the balances (a failed request's record).
+    async fn charge(
+        &self,
+        key: Key,
+        id: Uuid,
+        need: Amount,
+        item: ShareItem,
+        answer: bool,
+    ) -> Result<Charged, DbError> {
+        let used = Amount {
+            credits: item.charge.credits,
+            milli: item.charge.bucket_milli,
+        };
+        let (seq, projected) = {
+            let mut book = self.book();
+            let seq = book.unsettled(
+                key.org_id,
+                Unsettled {
+                    credits: used.credits,
+                    bucket: key.bucket,
+                    milli: used.milli,
+                },
+            );
+            let projected = book.ledgers[&key.org_id].project(key.bucket, used, item.multiplier);
+            (seq, projected.or((!answer).then(|| Charged::unknown(used))))
+        };
+        let pending = Pending {
+            seq,
+            key,
+            allowance_id: id,
+            need,
+            used,
+            request_id: item.usage.id,
+        };
+        if let Err(err) = self.record(Arc::new(item)).await {
+            self.inner.shared.abandon(&pending);
+            return Err(err);
         }
-        let mut conn = self.inner.pool.get().await?;
-        billing::settle_shares(&mut conn, std::slice::from_ref(&item))
-            .await?
-            .pop()
-            .expect("settle_shares answers every item")
+        match projected {
+            Some(charged) => {
+                let allowances = self.clone();
+                tokio::spawn(async move { allowances.settle(pending).await });
+                Ok(charged)
+            }
+            None => match self.settle(pending).await {
+                Some(settled) => Ok(settled.into()),
+                None => Err(DbError::Query(diesel::result::Error::NotFound)),
+            },
+        }
     }
 
-    /// A request is done with its hold: `used` of it was charged out of the
-    /// block, the rest is free again.
-    fn finished(&self, key: Key, id: Uuid, need: Amount, used: Amount) {
-        let mut book = self.book();
-        let Some(allowance) = book.find(key, id) else {
-            return;
-        };
-        allowance.promised = allowance.promised - need;
-        allowance.held = Amount {
-            credits: (allowance.held.credits - used.credits).max(0),
-            milli: (allowance.held.milli - used.milli).max(0),
-        };
-        allowance.charged = allowance.charged + used;
-        if allowance.resizing {
-            allowance.used_while_resizing = allowance.used_while_resizing + used;
+    /// Writes a charge record in the next batch (alone if that batch fails;
+    /// the write is idempotent, so an ambiguous failure is retried once).
+    async fn record(&self, item: Arc<ShareItem>) -> Result<(), DbError> {
+        if self.inner.records.call(item.clone()).await.is_some() {
+            return Ok(());
         }
+        let mut last = None;
+        for _ in 0..2 {
+            let written = async {
+                let mut conn = self.pool().get().await?;
+                billing::record_charges(&mut conn, std::slice::from_ref(&item), self.inner.flush)
+                    .await
+            }
+            .await;
+            match written {
+                Ok(()) => return Ok(()),
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.expect("two attempts"))
+    }
+
+    /// Settles a recorded charge in the next batch; alone, with pauses,
+    /// while batches fail, for up to a lease. `None`: it was settled by
+    /// another process (or could not be: the scheduler settles it later).
+    async fn settle(&self, pending: Pending) -> Option<Settled> {
+        if let Some(answer) = self.inner.settlements.call(pending.clone()).await {
+            return answer;
+        }
+        let give_up = Instant::now() + self.inner.lease;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.inner.shared.settle(vec![pending.clone()]).await {
+                Ok(mut answers) => return answers.pop().flatten(),
+                Err(err) if Instant::now() < give_up => {
+                    tracing::warn!(error = %err, request = %pending.request_id, "settling a recorded charge failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, request = %pending.request_id, "settling a recorded charge failed; the scheduler settles it");
+                    self.inner.shared.abandon(&pending);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// A request is done with its hold without a charge record.
+    fn finished(&self, key: Key, id: Uuid, need: Amount, used: Amount) {
+        self.book().finish(key, id, need, used);
     }
 
     /// Gives back idle blocks (nothing promised, nothing admitted for
@@ -440,6 +809,17 @@ impl Allowances {
                     && allowance.last_admitted.elapsed() >= FORGET_AFTER
                     && Arc::strong_count(&allowance.gate) == 1)
             });
+            let Book {
+                active,
+                retired,
+                ledgers,
+                ..
+            } = &mut *book;
+            ledgers.retain(|org, ledger| {
+                !ledger.unsettled.is_empty()
+                    || active.keys().any(|key| key.org_id == *org)
+                    || retired.values().any(|(key, _)| key.org_id == *org)
+            });
             for (key, allowance) in &mut book.active {
                 if allowance.resizing
                     || allowance.held == Amount::default()
@@ -456,11 +836,12 @@ impl Allowances {
         }
         for (key, id, keep, _turn) in shrinks {
             let result = async {
-                let mut conn = self.inner.pool.get().await?;
+                let mut conn = self.pool().get().await?;
                 billing::shrink_allowance(&mut conn, id, keep).await
             }
             .await;
             let mut book = self.book();
+            book.forget_balances(key.org_id);
             if let Some(allowance) = book.find(key, id) {
                 match result {
                     Ok(()) => allowance.resized(keep),
@@ -491,14 +872,16 @@ impl Allowances {
         }
         let expires_at = Utc::now() + self.inner.lease;
         let renewed = async {
-            let mut conn = self.inner.pool.get().await?;
+            let mut conn = self.pool().get().await?;
             billing::renew_reservations(&mut conn, &ids, expires_at).await
         }
         .await;
         match renewed {
             Ok(live) => {
                 let mut book = self.book();
-                let Book { active, retired } = &mut *book;
+                let Book {
+                    active, retired, ..
+                } = &mut *book;
                 for allowance in active
                     .values_mut()
                     .chain(retired.values_mut().map(|(_, a)| a))
@@ -516,8 +899,32 @@ impl Allowances {
         }
     }
 
-    /// Gives everything back (shutdown, after the last request finished).
+    /// Gives everything back (shutdown, after the last request finished),
+    /// once the recorded charges are settled (what is left after a lease is
+    /// the scheduler's).
     pub async fn close(&self) {
+        let deadline = tokio::time::Instant::now() + self.inner.lease;
+        loop {
+            let progress = self.inner.shared.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            let unsettled: usize = self
+                .book()
+                .ledgers
+                .values()
+                .map(|ledger| ledger.unsettled.len())
+                .sum();
+            if unsettled == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, progress).await.is_err() {
+                tracing::warn!(
+                    unsettled,
+                    "charges left recorded at shutdown; the scheduler settles them"
+                );
+                break;
+            }
+        }
         let blocks: Vec<(Uuid, Amount)> = {
             let book = self.book();
             book.active
@@ -529,7 +936,7 @@ impl Allowances {
         };
         for (id, keep) in blocks {
             let result = async {
-                let mut conn = self.inner.pool.get().await?;
+                let mut conn = self.pool().get().await?;
                 billing::shrink_allowance(&mut conn, id, keep).await
             }
             .await;
@@ -556,37 +963,25 @@ impl Hold {
 
     /// Charges what the request used (status `success`), never more than
     /// it was admitted for: what it held passed the quota, balance, overage
-    /// and hard-limit checks.
+    /// and hard-limit checks. Answers once the charge is recorded.
     pub async fn settle(
         mut self,
         charge: &Charge,
         multiplier: f64,
         usage: UsageRecord,
-    ) -> Result<Settled, DbError> {
+    ) -> Result<Charged, DbError> {
         self.open = false;
-        let used = Amount {
-            credits: charge.credits.clamp(0, self.need.credits),
-            milli: charge.bucket_milli.clamp(0, self.need.milli),
-        };
         let capped = Charge {
-            credits: used.credits,
-            bucket_milli: used.milli,
+            credits: charge.credits.clamp(0, self.need.credits),
+            bucket_milli: charge.bucket_milli.clamp(0, self.need.milli),
         };
         let item = self.share(capped, multiplier, usage);
         let (allowances, key, id, need) = (self.allowances.clone(), self.key, self.id, self.need);
-        to_completion(async move {
-            let result = allowances.settle(item).await;
-            // Unknown whether it committed: count the whole hold as used, so
-            // the block is never believed to hold more than its row does.
-            let used = if result.is_ok() { used } else { need };
-            allowances.finished(key, id, need, used);
-            result
-        })
-        .await
+        to_completion(async move { allowances.charge(key, id, need, item, true).await }).await
     }
 
     /// The request failed: nothing is charged; its usage record (status
-    /// `failed`) is written with the next batch.
+    /// `failed`) is recorded and settled like a charge.
     pub async fn release(mut self, usage: UsageRecord) {
         self.open = false;
         let nothing = Charge {
@@ -594,10 +989,9 @@ impl Hold {
             bucket_milli: 0,
         };
         let item = self.share(nothing, 1.0, usage);
-        self.allowances
-            .finished(self.key, self.id, self.need, Amount::default());
-        let allowances = self.allowances.clone();
-        let recorded = to_completion(async move { allowances.settle(item).await }).await;
+        let (allowances, key, id, need) = (self.allowances.clone(), self.key, self.id, self.need);
+        let recorded =
+            to_completion(async move { allowances.charge(key, id, need, item, false).await }).await;
         if let Err(err) = recorded {
             tracing::warn!(error = %err, "recording a failed request's usage failed");
         }
@@ -629,8 +1023,112 @@ mod tests {
     use std::time::Duration;
 
     use tokio::sync::{Notify, oneshot};
+    use unigen_db::billing::{AccountSnapshot, Bucket, BucketReport, Settled};
+    use unigen_db::queries::billing::Amount;
 
-    use super::to_completion;
+    use super::{Ledger, Unsettled, to_completion};
+
+    fn account(credits_remaining: i64, overage_credits: i64) -> AccountSnapshot {
+        AccountSnapshot {
+            credits_remaining,
+            overage_enabled: true,
+            overage_credits,
+            overage_rate_micros: Some(10_000),
+        }
+    }
+
+    fn charge(credits: i64, bucket: Option<Bucket>, milli: i64) -> Unsettled {
+        Unsettled {
+            credits,
+            bucket,
+            milli,
+        }
+    }
+
+    fn used(credits: i64, milli: i64) -> Amount {
+        Amount { credits, milli }
+    }
+
+    #[test]
+    fn answers_are_the_last_settlement_less_every_charge_recorded_since() {
+        let chat = Some(Bucket::ChatTokens);
+        let mut ledger = Ledger::default();
+        ledger.unsettled.insert(1, charge(10, chat, 5_000));
+        assert_eq!(
+            ledger.project(chat, used(10, 5_000), 1.0),
+            None,
+            "nothing known yet"
+        );
+
+        ledger.account = Some(account(100, 0));
+        ledger.remaining.insert(Bucket::ChatTokens, Some(50_000));
+        // An embeddings charge (no bucket) counts against the credits only.
+        ledger.unsettled.insert(2, charge(20, None, 0));
+        ledger.unsettled.insert(3, charge(1, chat, 3_000));
+        let answer = ledger.project(chat, used(1, 3_000), 1.5).expect("known");
+        assert_eq!(answer.credits, 1);
+        assert_eq!(answer.account.credits_remaining, 100 - 31);
+        assert_eq!(
+            answer.bucket,
+            Some(BucketReport {
+                bucket: Bucket::ChatTokens,
+                used_milli: 3_000,
+                remaining_milli: Some(50_000 - 8_000),
+                multiplier: 1.5,
+            })
+        );
+        // A bucket no settlement reported: unknown.
+        ledger
+            .unsettled
+            .insert(4, charge(1, Some(Bucket::TtsChars), 10));
+        assert_eq!(
+            ledger.project(Some(Bucket::TtsChars), used(1, 10), 1.0),
+            None
+        );
+        ledger.unsettled.remove(&4);
+
+        // The first charge settles: its balances replace the last ones.
+        let settled = Settled {
+            credits: 10,
+            from_included: 10,
+            from_purchased: 0,
+            overage: 0,
+            bucket: Some(BucketReport {
+                bucket: Bucket::ChatTokens,
+                used_milli: 5_000,
+                remaining_milli: Some(45_000),
+                multiplier: 1.0,
+            }),
+            account: account(90, 0),
+            events_recorded: false,
+        };
+        ledger.settled(1, Some(&settled));
+        let answer = ledger.project(chat, used(1, 3_000), 1.0).expect("known");
+        assert_eq!(answer.account.credits_remaining, 90 - 21);
+        assert_eq!(answer.bucket.unwrap().remaining_milli, Some(45_000 - 3_000));
+    }
+
+    #[test]
+    fn charges_that_may_reach_overage_wait_for_their_settlement() {
+        let mut ledger = Ledger {
+            account: Some(account(10, 0)),
+            ..Ledger::default()
+        };
+        ledger.unsettled.insert(1, charge(6, None, 0));
+        assert!(ledger.project(None, used(6, 0), 1.0).is_some());
+        ledger.unsettled.insert(2, charge(6, None, 0));
+        assert_eq!(
+            ledger.project(None, used(6, 0), 1.0),
+            None,
+            "past the balance"
+        );
+        ledger.unsettled.remove(&2);
+        ledger.account = Some(account(0, 3));
+        assert_eq!(ledger.project(None, used(6, 0), 1.0), None, "in overage");
+        ledger.account = Some(account(10, 0));
+        ledger.forget_balances();
+        assert_eq!(ledger.project(None, used(6, 0), 1.0), None, "forgotten");
+    }
 
     #[tokio::test]
     async fn work_run_to_completion_ends_even_when_its_request_is_dropped() {

@@ -4,10 +4,10 @@
 
 use serde_json::{Value, json};
 use unigen_core::config::ModelEntry;
-use unigen_db::billing::{Bucket, Charge, Estimate, Refusal, Settled, chat_credits, to_milli};
+use unigen_db::billing::{Bucket, Charge, Estimate, Refusal, chat_credits, to_milli};
 use unigen_providers::chat::ChatParams;
 
-use super::SyncReservation;
+use super::{Charged, SyncReservation};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -16,7 +16,7 @@ const CHAT_ENDPOINT: &str = "/v1/chat/completions";
 
 /// The usage object: token counts, credits, and what the token quota has
 /// left (in tokens of this model's tier) after the charge.
-pub fn usage(prompt_tokens: u32, completion_tokens: u32, settled: Option<&Settled>) -> Value {
+pub fn usage(prompt_tokens: u32, completion_tokens: u32, settled: Option<&Charged>) -> Value {
     let credits = settled.map_or(0, |s| s.credits);
     let mut usage = json!({
         "prompt_tokens": prompt_tokens,
@@ -118,7 +118,7 @@ pub struct ChatMeter {
 }
 
 impl ChatMeter {
-    pub async fn settle(&mut self, prompt: u32, completion: u32) -> Option<Settled> {
+    pub async fn settle(&mut self, prompt: u32, completion: u32) -> Option<Charged> {
         let reservation = self.reservation.take()?;
         let charge = Charge {
             credits: chat_credits(prompt, completion, &self.model),
@@ -129,7 +129,7 @@ impl ChatMeter {
             .settle(&charge, self.multiplier, tokens, self.tools_used.clone())
             .await
         {
-            Ok(settled) => settled,
+            Ok(charged) => Some(charged),
             Err(err) => {
                 tracing::error!(error = %err, "settling a chat completion failed; its reservation expires");
                 None

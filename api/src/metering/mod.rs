@@ -15,7 +15,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use chrono::Utc;
-use unigen_db::billing::{Charge, Estimate, Settled};
+use unigen_db::billing::{Charge, Estimate};
 use unigen_db::models::UsageRecord;
 use unigen_db::queries::billing::Amount;
 use unigen_db::{DbError, PgPool, queries};
@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub use crate::charge_slot::ChargeSlot;
+pub use allowances::Charged;
 
 /// Reads the account's balances for the headers of a job-backed response
 /// (the worker settled it; the API only reports).
@@ -180,7 +181,6 @@ impl Drop for ConcurrencySlot {
 pub struct SyncReservation {
     pub id: Uuid,
     hold: allowances::Hold,
-    notifier: unigen_db::notify::Notifier,
     org_id: Uuid,
     key_id: Uuid,
     endpoint: &'static str,
@@ -211,7 +211,6 @@ impl SyncReservation {
         Ok(Self {
             id: Uuid::now_v7(),
             hold,
-            notifier: state.notifier.clone(),
             org_id: caller.org_id,
             key_id: caller.key_id,
             endpoint,
@@ -239,20 +238,17 @@ impl SyncReservation {
         }
     }
 
-    /// Charges what the request used; the answer waits for the commit.
+    /// Charges what the request used; the answer waits for the charge's
+    /// record (see [`allowances`]).
     pub async fn settle(
         self,
         charge: &Charge,
         multiplier: f64,
         tokens: (i64, i64),
         tools_used: Vec<String>,
-    ) -> Result<Option<Settled>, DbError> {
+    ) -> Result<Charged, DbError> {
         let record = self.record("success", tokens, tools_used);
-        let settled = self.hold.settle(charge, multiplier, record).await?;
-        if settled.events_recorded {
-            self.notifier.events_recorded();
-        }
-        Ok(Some(settled))
+        self.hold.settle(charge, multiplier, record).await
     }
 
     /// Gives everything back (the request failed) and records its usage row.

@@ -58,6 +58,8 @@ async fn account_and_plan(
     state: &AppState,
     caller: &Caller,
 ) -> Result<(BillingAccount, Plan), ApiError> {
+    // Balances as of the answers this process sent.
+    state.allowances.settled(caller.org_id).await;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     Ok(queries::billing::current_account(&mut conn, caller.org_id).await?)
 }
@@ -114,6 +116,7 @@ pub async fn get_credits(
     query: web::Query<HashMap<String, String>>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Usage)?;
+    state.allowances.settled(caller.org_id).await;
     let kind = match query.get("type") {
         Some(kind) if TRANSACTION_KINDS.contains(&kind.as_str()) => Some(kind.clone()),
         Some(other) => {

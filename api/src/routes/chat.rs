@@ -9,15 +9,14 @@ use actix_web::{HttpResponse, post, web};
 use serde_json::{Value, json};
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::Scope;
-use unigen_db::billing::Settled;
 use unigen_providers::chat::ChatCompletionRequest;
 use unigen_providers::completion::{Answer, ChatService, PreparedChat};
 
 use super::chat_stream::{Frames, event_stream, pieces_stream, relay_stream};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
-use crate::metering::ConcurrencySlot;
 use crate::metering::chat::{reserve_tokens, usage};
+use crate::metering::{Charged, ConcurrencySlot};
 use crate::routes::params::{json_body, query_bool};
 use crate::state::AppState;
 
@@ -92,7 +91,7 @@ pub async fn create_chat_completion(
     Ok(completion_response(&frames, &model, answer, spent))
 }
 
-fn record_charge(caller: &Caller, settled: Option<&Settled>) {
+fn record_charge(caller: &Caller, settled: Option<&Charged>) {
     if let Some(settled) = settled {
         caller
             .charges

@@ -73,13 +73,11 @@ pub async fn create_embeddings(
         credits: credits_for(tokens),
         bucket_milli: 0,
     };
-    let settled = reservation
+    let charged = reservation
         .settle(&charge, 1.0, (i64::from(tokens), 0), Vec::new())
         .await?;
-    let credits_used = settled.as_ref().map_or(0, |s| s.credits);
-    if let Some(settled) = settled {
-        caller.charges.record(settled.credits, settled.account);
-    }
+    let credits_used = charged.credits;
+    caller.charges.record(charged.credits, charged.account);
     Ok(HttpResponse::Ok().json(json!({
         "object": "list",
         "data": data,

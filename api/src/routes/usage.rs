@@ -60,6 +60,8 @@ pub async fn get_usage(
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Usage)?;
     let params = UsageParams::parse(&query)?;
+    // Usage as of the answers this process sent.
+    state.allowances.settled(caller.org_id).await;
     let tz = params.timezone.as_str();
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     if !usage::is_known_timezone(&mut conn, tz).await? {

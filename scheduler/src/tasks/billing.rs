@@ -1,9 +1,13 @@
 //! Billing housekeeping: starts each organization's new period (its
-//! `allocation`) when the old one ends, and releases the reservations of
+//! `allocation`) when the old one ends, settles the charges an API process
+//! recorded and did not settle (it died), and releases the reservations of
 //! sync requests whose API process died before settling them.
+
+use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
+use unigen_db::notify::Notifier;
 use unigen_db::{DbError, PgPool, queries};
 
 use crate::runner::{Activity, Task};
@@ -12,11 +16,42 @@ const BATCH: i64 = 100;
 
 pub struct Billing {
     pool: PgPool,
+    notifier: Notifier,
+    /// `metering.lease_seconds`: a live API process settles its recorded
+    /// charges within milliseconds, and gives up on them after this long.
+    orphaned_after: Duration,
 }
 
 impl Billing {
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    pub fn new(pool: PgPool, notifier: Notifier, orphaned_after: Duration) -> Self {
+        Self {
+            pool,
+            notifier,
+            orphaned_after,
+        }
+    }
+
+    /// Settles recorded charges left by a dead API process, before its
+    /// allowances expire and are released (their holds then pay for them).
+    async fn settle_orphaned(&self, conn: &mut AsyncPgConnection) -> Result<usize, DbError> {
+        let before = chrono::Utc::now()
+            - chrono::Duration::from_std(self.orphaned_after).unwrap_or(chrono::Duration::MAX);
+        let orphaned = queries::billing::orphaned_charges(conn, before, BATCH).await?;
+        if orphaned.is_empty() {
+            return Ok(0);
+        }
+        let settled = queries::billing::settle_recorded(conn, &orphaned).await?;
+        let count = settled.iter().flatten().count();
+        if settled.iter().flatten().any(|s| s.events_recorded) {
+            self.notifier.events_recorded();
+        }
+        if count > 0 {
+            tracing::warn!(
+                charges = count,
+                "settled charges recorded by an API process that did not settle them"
+            );
+        }
+        Ok(orphaned.len())
     }
 
     /// Rolls over the accounts whose period ended; several schedulers split
@@ -52,12 +87,15 @@ impl Billing {
         if rolled > 0 {
             tracing::info!(accounts = rolled, "billing periods rolled over");
         }
+        let orphaned = self.settle_orphaned(conn).await?;
         let released = self.release_expired(conn).await?;
-        Ok(if rolled as i64 == BATCH || released as i64 == BATCH {
-            Activity::Busy
-        } else {
-            Activity::Idle
-        })
+        Ok(
+            if [rolled, orphaned, released].contains(&(BATCH as usize)) {
+                Activity::Busy
+            } else {
+                Activity::Idle
+            },
+        )
     }
 }
 

@@ -39,6 +39,7 @@ mod replicate;
 mod replicate_outputs;
 mod schemathesis;
 mod storage_s3;
+mod sync_charges;
 mod tenancy;
 mod tools;
 mod usage;

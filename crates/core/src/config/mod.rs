@@ -408,12 +408,17 @@ pub struct KnowledgeSettings {
 /// process holds outlive it if it dies; renewed every third of it),
 /// `idle_ms` (unused slots and idle allowances are given back after this),
 /// `lease_slots_from` (plans with at least this many concurrent requests
-/// are served from leased blocks of slots; smaller ones a row per request).
+/// are served from leased blocks of slots; smaller ones a row per request),
+/// `flush_sync_charges` (a sync answer waits for its charge record's WAL
+/// flush too, not only its commit: see docs/spec-decisions.md, "Sync
+/// settlement durability").
 #[derive(Debug, Clone, Deserialize)]
 pub struct MeteringSettings {
     pub lease_seconds: u64,
     pub idle_ms: u64,
     pub lease_slots_from: i32,
+    #[serde(default)]
+    pub flush_sync_charges: bool,
 }
 
 /// `[local_provider]`: `latency_ms`, `failure_rate`.

@@ -707,6 +707,225 @@ pub async fn settle_shares<T: std::borrow::Borrow<ShareItem>>(
         .collect())
 }
 
+/// Writes sync requests' charges to `recorded_charges`, to be settled by
+/// [`settle_recorded`] off the answer's path: once this returns, a charge
+/// survives a crash of the API process. With `flush` false the commit does
+/// not wait for the WAL flush, and a crash of PostgreSQL itself may lose the
+/// last 3 x `wal_writer_delay` of them (docs/spec-decisions.md, "Sync
+/// settlement durability"). A request already recorded is left as it is, so
+/// a write that failed ambiguously can be retried.
+pub async fn record_charges<T: std::borrow::Borrow<ShareItem>>(
+    conn: &mut AsyncPgConnection,
+    items: &[T],
+    flush: bool,
+) -> Result<(), DbError> {
+    const INSERT: &str = "INSERT INTO recorded_charges
+            (request_id, allowance_id, org_id, period_start, bucket, hold_credits, hold_milli,
+             credits, bucket_milli, multiplier, api_key_id, endpoint, method, model, latency_ms,
+             status, tools_used, prompt_tokens, completion_tokens)
+        SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::timestamptz[], $5::text[],
+                             $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::float8[],
+                             $11::uuid[], $12::text[], $13::text[], $14::text[], $15::int8[],
+                             $16::text[], $17::jsonb[], $18::int8[], $19::int8[])";
+    // `set_config(.., true)` lasts for the statement's own transaction, whose
+    // commit is then asynchronous.
+    const UNFLUSHED: &str = " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL";
+    let items: Vec<&ShareItem> = items.iter().map(|item| item.borrow()).collect();
+    let sql = format!(
+        "{INSERT}{} ON CONFLICT (request_id) DO NOTHING",
+        if flush { "" } else { UNFLUSHED }
+    );
+    let column = |f: &dyn Fn(&ShareItem) -> i64| items.iter().map(|i| f(i)).collect::<Vec<_>>();
+    let texts = |f: &dyn Fn(&ShareItem) -> &str| items.iter().map(|i| f(i)).collect::<Vec<&str>>();
+    diesel::sql_query(sql)
+        .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.usage.id).collect::<Vec<_>>())
+        .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.allowance_id).collect::<Vec<_>>())
+        .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.usage.org_id).collect::<Vec<_>>())
+        .bind::<Array<Timestamptz>, _>(items.iter().map(|i| i.period_start).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Text>>, _>(
+            items
+                .iter()
+                .map(|i| i.bucket.map(|b| b.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<BigInt>, _>(column(&|i| i.hold.credits))
+        .bind::<Array<BigInt>, _>(column(&|i| i.hold.milli))
+        .bind::<Array<BigInt>, _>(column(&|i| i.charge.credits))
+        .bind::<Array<BigInt>, _>(column(&|i| i.charge.bucket_milli))
+        .bind::<Array<Double>, _>(items.iter().map(|i| i.multiplier).collect::<Vec<_>>())
+        .bind::<Array<Nullable<SqlUuid>>, _>(
+            items.iter().map(|i| i.usage.api_key_id).collect::<Vec<_>>(),
+        )
+        .bind::<Array<Text>, _>(texts(&|i| &i.usage.endpoint))
+        .bind::<Array<Text>, _>(texts(&|i| &i.usage.method))
+        .bind::<Array<Text>, _>(texts(&|i| &i.usage.model))
+        .bind::<Array<BigInt>, _>(column(&|i| i.usage.latency_ms))
+        .bind::<Array<Text>, _>(texts(&|i| &i.usage.status))
+        .bind::<Array<Jsonb>, _>(
+            items
+                .iter()
+                .map(|i| json!(i.usage.tools_used))
+                .collect::<Vec<_>>(),
+        )
+        .bind::<Array<BigInt>, _>(column(&|i| i.usage.prompt_tokens))
+        .bind::<Array<BigInt>, _>(column(&|i| i.usage.completion_tokens))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+#[derive(QueryableByName)]
+struct RecordedCharge {
+    #[diesel(sql_type = SqlUuid)]
+    request_id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    allowance_id: Uuid,
+    #[diesel(sql_type = SqlUuid)]
+    org_id: Uuid,
+    #[diesel(sql_type = Timestamptz)]
+    period_start: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    bucket: Option<String>,
+    #[diesel(sql_type = BigInt)]
+    hold_credits: i64,
+    #[diesel(sql_type = BigInt)]
+    hold_milli: i64,
+    #[diesel(sql_type = BigInt)]
+    credits: i64,
+    #[diesel(sql_type = BigInt)]
+    bucket_milli: i64,
+    #[diesel(sql_type = Double)]
+    multiplier: f64,
+    #[diesel(sql_type = Nullable<SqlUuid>)]
+    api_key_id: Option<Uuid>,
+    #[diesel(sql_type = Text)]
+    endpoint: String,
+    #[diesel(sql_type = Text)]
+    method: String,
+    #[diesel(sql_type = Text)]
+    model: String,
+    #[diesel(sql_type = BigInt)]
+    latency_ms: i64,
+    #[diesel(sql_type = Text)]
+    status: String,
+    #[diesel(sql_type = Jsonb)]
+    tools_used: Value,
+    #[diesel(sql_type = BigInt)]
+    prompt_tokens: i64,
+    #[diesel(sql_type = BigInt)]
+    completion_tokens: i64,
+    #[diesel(sql_type = Timestamptz)]
+    recorded_at: DateTime<Utc>,
+}
+
+impl RecordedCharge {
+    fn into_item(self) -> Result<ShareItem, DbError> {
+        let bucket = match self.bucket.as_deref() {
+            None => None,
+            Some(name) => Some(name.parse::<Bucket>().map_err(|_| {
+                unexpected_answer(format!("recorded charge with unknown bucket `{name}`"))
+            })?),
+        };
+        let tools_used = serde_json::from_value(self.tools_used)
+            .map_err(|err| unexpected_answer(format!("recorded charge's tools: {err}")))?;
+        Ok(ShareItem {
+            allowance_id: self.allowance_id,
+            period_start: self.period_start,
+            bucket,
+            hold: Amount {
+                credits: self.hold_credits,
+                milli: self.hold_milli,
+            },
+            charge: Charge {
+                credits: self.credits,
+                bucket_milli: self.bucket_milli,
+            },
+            multiplier: self.multiplier,
+            usage: UsageRecord {
+                id: self.request_id,
+                org_id: self.org_id,
+                api_key_id: self.api_key_id,
+                endpoint: self.endpoint,
+                method: self.method,
+                model: self.model,
+                credits: 0,
+                latency_ms: self.latency_ms,
+                status: self.status,
+                tools_used,
+                prompt_tokens: self.prompt_tokens,
+                completion_tokens: self.completion_tokens,
+                total_tokens: self.prompt_tokens + self.completion_tokens,
+                created_at: self.recorded_at,
+            },
+        })
+    }
+}
+
+/// Settles recorded charges ([`record_charges`]) in one transaction that
+/// also deletes their rows: each is settled exactly once, whichever process
+/// runs it (its API process, or the scheduler for one that died). Answers
+/// in `ids`' order; `None`: that id is not recorded (settled already, or
+/// never written). `Err`: nothing was settled.
+pub async fn settle_recorded(
+    conn: &mut AsyncPgConnection,
+    ids: &[Uuid],
+) -> Result<Vec<Option<Settled>>, DbError> {
+    use diesel_async::AsyncConnection;
+    conn.transaction::<_, DbError, _>(async |conn| {
+        // Rows locked in id order: two settlers never deadlock.
+        let rows: Vec<RecordedCharge> = diesel::sql_query(
+            "DELETE FROM recorded_charges WHERE request_id IN
+                 (SELECT request_id FROM recorded_charges WHERE request_id = ANY($1)
+                   ORDER BY request_id FOR UPDATE)
+             RETURNING *",
+        )
+        .bind::<Array<SqlUuid>, _>(ids)
+        .load(conn)
+        .await?;
+        // Settled in `ids`' order: each answer's balances are those after
+        // the charges before it.
+        let position: std::collections::HashMap<Uuid, usize> =
+            ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+        let mut items = rows
+            .into_iter()
+            .map(RecordedCharge::into_item)
+            .collect::<Result<Vec<_>, _>>()?;
+        items.sort_by_key(|item| position.get(&item.usage.id).copied());
+        let answers = settle_shares(conn, &items).await?;
+        let mut settled: std::collections::HashMap<Uuid, Settled> =
+            std::collections::HashMap::with_capacity(items.len());
+        for (item, answer) in items.iter().zip(answers) {
+            // One item failing fails them all: its row must stay recorded.
+            settled.insert(item.usage.id, answer?);
+        }
+        Ok(ids.iter().map(|id| settled.remove(id)).collect())
+    })
+    .await
+}
+
+/// Recorded charges older than `before`: their API process died (or cannot
+/// reach the database) before settling them.
+pub async fn orphaned_charges(
+    conn: &mut AsyncPgConnection,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<Uuid>, DbError> {
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = SqlUuid)]
+        request_id: Uuid,
+    }
+    let rows: Vec<Id> = diesel::sql_query(
+        "SELECT request_id FROM recorded_charges WHERE recorded_at < $1
+          ORDER BY recorded_at LIMIT $2",
+    )
+    .bind::<Timestamptz, _>(before)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(|row| row.request_id).collect())
+}
+
 fn share_settled(row: SettledRow, item: &ShareItem) -> Result<Settled, DbError> {
     let outcome = row.outcome.clone();
     settled_from(row, &item.charge, item.multiplier)
