@@ -888,6 +888,37 @@ BEGIN
 END
 $$;
 
+-- Records sync requests' charges (recorded_charges) for a later
+-- settlement; a request already recorded is left as it is. Without
+-- p_flush, the statement's commit does not wait for the WAL flush: the
+-- setting is transaction-local, so it lasts until the commit right after.
+CREATE OR REPLACE FUNCTION unigen_record_charges(
+    p_flush boolean, i_request uuid[], i_allowance uuid[], i_org uuid[], i_period timestamptz[],
+    i_bucket text[], i_hold_credits bigint[], i_hold_milli bigint[], i_credits bigint[],
+    i_milli bigint[], i_multiplier double precision[], i_key uuid[], i_endpoint text[],
+    i_method text[], i_model text[], i_latency bigint[], i_status text[], i_tools jsonb[],
+    i_prompt bigint[], i_completion bigint[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF NOT p_flush THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    INSERT INTO recorded_charges
+        (request_id, allowance_id, org_id, period_start, bucket, hold_credits, hold_milli,
+         credits, bucket_milli, multiplier, api_key_id, endpoint, method, model, latency_ms,
+         status, tools_used, prompt_tokens, completion_tokens)
+    SELECT * FROM unnest(i_request, i_allowance, i_org, i_period, i_bucket, i_hold_credits,
+                         i_hold_milli, i_credits, i_milli, i_multiplier, i_key, i_endpoint,
+                         i_method, i_model, i_latency, i_status, i_tools, i_prompt, i_completion)
+    ON CONFLICT (request_id) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
 -- Gives back what allowance `p_id` holds beyond `keep` (what admitted
 -- requests still hold); with nothing kept, the row goes. A missing row
 -- (released after its lease expired) is left missing.

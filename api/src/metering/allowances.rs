@@ -15,8 +15,8 @@
 //! charged out of the block, the rest of its estimate given back to the free
 //! part. The answer reports balances projected from the last settlement
 //! this process applied less what it recorded since; when it cannot (no
-//! settlement since the organization's blocks changed, or near the end of
-//! the credits) the answer waits for its own settlement and reports that.
+//! settlement in the last second, or near the end of the credits) the
+//! answer waits for its own settlement and reports that.
 //! A block idle for `metering.idle_ms` is given back; a crashed process's
 //! blocks expire after `metering.lease_seconds` and the scheduler releases
 //! them, after settling the charges it left recorded.
@@ -47,7 +47,9 @@ const GROWTH_FACTOR: i64 = 8;
 /// Idle entries without a hold are forgotten after this long.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// Charge records written at once: each batch is one insert and one commit.
-const PARALLEL_RECORDS: usize = 4;
+const PARALLEL_RECORDS: usize = 1;
+/// How long the balances of a settlement serve to project answers from.
+const FRESH_FOR: Duration = Duration::from_secs(1);
 /// How long a read of an organization's balances or usage waits for the
 /// charges this process recorded before it to be settled.
 const READ_WAIT: Duration = Duration::from_secs(5);
@@ -165,9 +167,11 @@ struct Unsettled {
 #[derive(Default)]
 struct Ledger {
     /// Balances after the last settlement this process applied; `None`
-    /// while unknown (none yet, or the organization's blocks changed since,
-    /// which they do when something else changed its balances).
+    /// while unknown (none yet, or the organization's blocks went back).
     account: Option<AccountSnapshot>,
+    /// When that settlement was applied: older balances may miss what
+    /// others (jobs, other processes, purchases) changed since.
+    settled_at: Option<Instant>,
     /// Each bucket's remaining thousandths after that settlement (inner
     /// `None`: unlimited).
     remaining: HashMap<Bucket, Option<i64>>,
@@ -183,11 +187,13 @@ impl Ledger {
 
     /// The answer for a charge of `used` (already in `unsettled`) without
     /// waiting for its settlement: the last settlement's balances less every
-    /// charge recorded since. `None` when they are unknown, or when the
-    /// charges may reach into overage, whose split only the settlement knows.
+    /// charge recorded since. `None` when they are unknown or older than
+    /// [`FRESH_FOR`] (light traffic: the request waits for its own), or when
+    /// the charges may reach into overage, whose split only the settlement
+    /// knows.
     fn project(&self, bucket: Option<Bucket>, used: Amount, multiplier: f64) -> Option<Charged> {
         let account = self.account.as_ref()?;
-        if account.overage_active() {
+        if self.settled_at.is_none_or(|at| at.elapsed() > FRESH_FOR) || account.overage_active() {
             return None;
         }
         let unsettled_credits: i64 = self.unsettled.values().map(|u| u.credits).sum();
@@ -231,6 +237,7 @@ impl Ledger {
         self.unsettled.remove(&seq);
         if let Some(settled) = settled {
             self.account = Some(settled.account.clone());
+            self.settled_at = Some(Instant::now());
             if let Some(report) = &settled.bucket {
                 self.remaining.insert(report.bucket, report.remaining_milli);
             }
@@ -390,6 +397,34 @@ impl Shared {
         Ok(answers)
     }
 
+    /// [`Shared::settle`], with pauses while it fails, for up to `lease`;
+    /// then the charges are abandoned (the scheduler settles them).
+    async fn settle_retrying(
+        &self,
+        pending: Vec<Pending>,
+        lease: Duration,
+    ) -> Result<Vec<Option<Settled>>, DbError> {
+        let give_up = Instant::now() + lease;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.settle(pending.clone()).await {
+                Ok(answers) => return Ok(answers),
+                Err(err) if Instant::now() < give_up => {
+                    tracing::warn!(error = %err, charges = pending.len(), "settling recorded charges failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, charges = pending.len(), "settling recorded charges failed; the scheduler settles them");
+                    for p in &pending {
+                        self.abandon(p);
+                    }
+                    return Err(err);
+                }
+            }
+        }
+    }
+
     /// A charge that could not be recorded or settled: its hold is counted
     /// as used (the block is never believed to hold more than its row does)
     /// and it leaves the ledger; if it was recorded, the scheduler settles it.
@@ -467,7 +502,7 @@ impl Allowances {
         let (settlements, settle_task) =
             Batched::spawn("settlements", MAX_BATCH, 1, move |pending: Vec<Pending>| {
                 let shared = settle_shared.clone();
-                async move { shared.settle(pending).await }
+                async move { shared.settle_retrying(pending, lease).await }
             });
         let allowances = Self {
             inner: Arc::new(Inner {
@@ -632,8 +667,6 @@ impl Allowances {
         }
         .await;
         let mut book = self.book();
-        // The balances the growth saw may differ from the last settlement's.
-        book.forget_balances(key.org_id);
         let allowance = book
             .active
             .get_mut(&key)
@@ -715,11 +748,14 @@ impl Allowances {
         }
         match projected {
             Some(charged) => {
-                let allowances = self.clone();
-                tokio::spawn(async move { allowances.settle(pending).await });
+                if !self.inner.settlements.send(pending.clone()) {
+                    tracing::warn!("settlements have stopped; the scheduler settles the charge");
+                    self.inner.shared.abandon(&pending);
+                }
                 Ok(charged)
             }
-            None => match self.settle(pending).await {
+            // `None`: settled by another process, or left to the scheduler.
+            None => match self.inner.settlements.call(pending).await.flatten() {
                 Some(settled) => Ok(settled.into()),
                 None => Err(DbError::Query(diesel::result::Error::NotFound)),
             },
@@ -746,32 +782,6 @@ impl Allowances {
             }
         }
         Err(last.expect("two attempts"))
-    }
-
-    /// Settles a recorded charge in the next batch; alone, with pauses,
-    /// while batches fail, for up to a lease. `None`: it was settled by
-    /// another process (or could not be: the scheduler settles it later).
-    async fn settle(&self, pending: Pending) -> Option<Settled> {
-        if let Some(answer) = self.inner.settlements.call(pending.clone()).await {
-            return answer;
-        }
-        let give_up = Instant::now() + self.inner.lease;
-        let mut pause = Duration::from_millis(50);
-        loop {
-            match self.inner.shared.settle(vec![pending.clone()]).await {
-                Ok(mut answers) => return answers.pop().flatten(),
-                Err(err) if Instant::now() < give_up => {
-                    tracing::warn!(error = %err, request = %pending.request_id, "settling a recorded charge failed; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                }
-                Err(err) => {
-                    tracing::error!(error = %err, request = %pending.request_id, "settling a recorded charge failed; the scheduler settles it");
-                    self.inner.shared.abandon(&pending);
-                    return None;
-                }
-            }
-        }
     }
 
     /// A request is done with its hold without a charge record.
@@ -1020,7 +1030,7 @@ impl super::housekeeping::Housekeeping for Allowances {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use tokio::sync::{Notify, oneshot};
     use unigen_db::billing::{AccountSnapshot, Bucket, BucketReport, Settled};
@@ -1061,6 +1071,7 @@ mod tests {
         );
 
         ledger.account = Some(account(100, 0));
+        ledger.settled_at = Some(Instant::now());
         ledger.remaining.insert(Bucket::ChatTokens, Some(50_000));
         // An embeddings charge (no bucket) counts against the credits only.
         ledger.unsettled.insert(2, charge(20, None, 0));
@@ -1112,6 +1123,7 @@ mod tests {
     fn charges_that_may_reach_overage_wait_for_their_settlement() {
         let mut ledger = Ledger {
             account: Some(account(10, 0)),
+            settled_at: Some(Instant::now()),
             ..Ledger::default()
         };
         ledger.unsettled.insert(1, charge(6, None, 0));
@@ -1126,6 +1138,10 @@ mod tests {
         ledger.account = Some(account(0, 3));
         assert_eq!(ledger.project(None, used(6, 0), 1.0), None, "in overage");
         ledger.account = Some(account(10, 0));
+        ledger.settled_at = Some(Instant::now() - Duration::from_secs(2));
+        assert_eq!(ledger.project(None, used(6, 0), 1.0), None, "too old");
+        ledger.settled_at = Some(Instant::now());
+        assert!(ledger.project(None, used(6, 0), 1.0).is_some());
         ledger.forget_balances();
         assert_eq!(ledger.project(None, used(6, 0), 1.0), None, "forgotten");
     }

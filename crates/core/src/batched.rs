@@ -83,6 +83,13 @@ impl<I: Send + 'static, O: Send + 'static> Batched<I, O> {
         self.tx.send((item, reply)).ok()?;
         answer.await.ok()
     }
+
+    /// Puts `item` in the next batch without waiting for its answer (for
+    /// `run`s that deal with failures themselves). `false`: the task ended.
+    pub fn send(&self, item: I) -> bool {
+        let (reply, _) = oneshot::channel();
+        self.tx.send((item, reply)).is_ok()
+    }
 }
 
 #[cfg(test)]

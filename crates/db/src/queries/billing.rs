@@ -707,70 +707,86 @@ pub async fn settle_shares<T: std::borrow::Borrow<ShareItem>>(
         .collect())
 }
 
+// One argument per recorded column, as the SQL function takes them.
+#[allow(clippy::too_many_arguments)]
+mod record_charges_sql {
+    use diesel::sql_types::*;
+
+    diesel::define_sql_function! {
+    /// `unigen_record_charges` (migrations/functions.sql).
+    fn unigen_record_charges(
+        flush: Bool,
+        request: Array<Uuid>,
+        allowance: Array<Uuid>,
+        org: Array<Uuid>,
+        period: Array<Timestamptz>,
+        bucket: Array<Nullable<Text>>,
+        hold_credits: Array<BigInt>,
+        hold_milli: Array<BigInt>,
+        credits: Array<BigInt>,
+        milli: Array<BigInt>,
+        multiplier: Array<Double>,
+        key: Array<Nullable<Uuid>>,
+        endpoint: Array<Text>,
+        method: Array<Text>,
+        model: Array<Text>,
+        latency: Array<BigInt>,
+        status: Array<Text>,
+        tools: Array<Jsonb>,
+        prompt: Array<BigInt>,
+        completion: Array<BigInt>,
+    ) -> Integer;
+    }
+}
+use record_charges_sql::unigen_record_charges;
+
 /// Writes sync requests' charges to `recorded_charges`, to be settled by
 /// [`settle_recorded`] off the answer's path: once this returns, a charge
 /// survives a crash of the API process. With `flush` false the commit does
 /// not wait for the WAL flush, and a crash of PostgreSQL itself may lose the
 /// last 3 x `wal_writer_delay` of them (docs/spec-decisions.md, "Sync
 /// settlement durability"). A request already recorded is left as it is, so
-/// a write that failed ambiguously can be retried.
+/// a write that failed ambiguously can be retried. The statement is built
+/// by diesel, so each connection prepares it once (raw `sql_query` text is
+/// parsed on every call).
 pub async fn record_charges<T: std::borrow::Borrow<ShareItem>>(
     conn: &mut AsyncPgConnection,
     items: &[T],
     flush: bool,
 ) -> Result<(), DbError> {
-    const INSERT: &str = "INSERT INTO recorded_charges
-            (request_id, allowance_id, org_id, period_start, bucket, hold_credits, hold_milli,
-             credits, bucket_milli, multiplier, api_key_id, endpoint, method, model, latency_ms,
-             status, tools_used, prompt_tokens, completion_tokens)
-        SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::timestamptz[], $5::text[],
-                             $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::float8[],
-                             $11::uuid[], $12::text[], $13::text[], $14::text[], $15::int8[],
-                             $16::text[], $17::jsonb[], $18::int8[], $19::int8[])";
-    // `set_config(.., true)` lasts for the statement's own transaction, whose
-    // commit is then asynchronous.
-    const UNFLUSHED: &str = " WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL";
     let items: Vec<&ShareItem> = items.iter().map(|item| item.borrow()).collect();
-    let sql = format!(
-        "{INSERT}{} ON CONFLICT (request_id) DO NOTHING",
-        if flush { "" } else { UNFLUSHED }
-    );
     let column = |f: &dyn Fn(&ShareItem) -> i64| items.iter().map(|i| f(i)).collect::<Vec<_>>();
     let texts = |f: &dyn Fn(&ShareItem) -> &str| items.iter().map(|i| f(i)).collect::<Vec<&str>>();
-    diesel::sql_query(sql)
-        .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.usage.id).collect::<Vec<_>>())
-        .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.allowance_id).collect::<Vec<_>>())
-        .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.usage.org_id).collect::<Vec<_>>())
-        .bind::<Array<Timestamptz>, _>(items.iter().map(|i| i.period_start).collect::<Vec<_>>())
-        .bind::<Array<Nullable<Text>>, _>(
-            items
-                .iter()
-                .map(|i| i.bucket.map(|b| b.as_str()))
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<BigInt>, _>(column(&|i| i.hold.credits))
-        .bind::<Array<BigInt>, _>(column(&|i| i.hold.milli))
-        .bind::<Array<BigInt>, _>(column(&|i| i.charge.credits))
-        .bind::<Array<BigInt>, _>(column(&|i| i.charge.bucket_milli))
-        .bind::<Array<Double>, _>(items.iter().map(|i| i.multiplier).collect::<Vec<_>>())
-        .bind::<Array<Nullable<SqlUuid>>, _>(
-            items.iter().map(|i| i.usage.api_key_id).collect::<Vec<_>>(),
-        )
-        .bind::<Array<Text>, _>(texts(&|i| &i.usage.endpoint))
-        .bind::<Array<Text>, _>(texts(&|i| &i.usage.method))
-        .bind::<Array<Text>, _>(texts(&|i| &i.usage.model))
-        .bind::<Array<BigInt>, _>(column(&|i| i.usage.latency_ms))
-        .bind::<Array<Text>, _>(texts(&|i| &i.usage.status))
-        .bind::<Array<Jsonb>, _>(
-            items
-                .iter()
-                .map(|i| json!(i.usage.tools_used))
-                .collect::<Vec<_>>(),
-        )
-        .bind::<Array<BigInt>, _>(column(&|i| i.usage.prompt_tokens))
-        .bind::<Array<BigInt>, _>(column(&|i| i.usage.completion_tokens))
-        .execute(conn)
-        .await?;
+    diesel::select(unigen_record_charges(
+        flush,
+        items.iter().map(|i| i.usage.id).collect::<Vec<_>>(),
+        items.iter().map(|i| i.allowance_id).collect::<Vec<_>>(),
+        items.iter().map(|i| i.usage.org_id).collect::<Vec<_>>(),
+        items.iter().map(|i| i.period_start).collect::<Vec<_>>(),
+        items
+            .iter()
+            .map(|i| i.bucket.map(|b| b.as_str()))
+            .collect::<Vec<_>>(),
+        column(&|i| i.hold.credits),
+        column(&|i| i.hold.milli),
+        column(&|i| i.charge.credits),
+        column(&|i| i.charge.bucket_milli),
+        items.iter().map(|i| i.multiplier).collect::<Vec<_>>(),
+        items.iter().map(|i| i.usage.api_key_id).collect::<Vec<_>>(),
+        texts(&|i| &i.usage.endpoint),
+        texts(&|i| &i.usage.method),
+        texts(&|i| &i.usage.model),
+        column(&|i| i.usage.latency_ms),
+        texts(&|i| &i.usage.status),
+        items
+            .iter()
+            .map(|i| json!(i.usage.tools_used))
+            .collect::<Vec<_>>(),
+        column(&|i| i.usage.prompt_tokens),
+        column(&|i| i.usage.completion_tokens),
+    ))
+    .get_result::<i32>(conn)
+    .await?;
     Ok(())
 }
 
