@@ -397,29 +397,49 @@ impl Shared {
         Ok(answers)
     }
 
-    /// [`Shared::settle`], with pauses while it fails, for up to `lease`;
-    /// then the charges are abandoned (the scheduler settles them).
-    async fn settle_retrying(
-        &self,
+    /// [`Shared::settle`] for a batch; when it fails, each charge on its own,
+    /// so one that cannot be settled holds up no other. Those that fail
+    /// alone answer `None` and are retried in the background, with pauses,
+    /// for up to `lease`; then they are left to the scheduler.
+    async fn settle_isolating(
+        self: Arc<Self>,
         pending: Vec<Pending>,
         lease: Duration,
     ) -> Result<Vec<Option<Settled>>, DbError> {
+        match self.settle(pending.clone()).await {
+            Ok(answers) => return Ok(answers),
+            Err(err) => {
+                tracing::warn!(error = %err, charges = pending.len(), "settling recorded charges failed; one by one instead");
+            }
+        }
+        let mut answers = Vec::with_capacity(pending.len());
+        for p in pending {
+            match self.settle(vec![p.clone()]).await {
+                Ok(mut answer) => answers.push(answer.pop().flatten()),
+                Err(_) => {
+                    tokio::spawn(self.clone().retry(p, lease));
+                    answers.push(None);
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    async fn retry(self: Arc<Self>, p: Pending, lease: Duration) {
         let give_up = Instant::now() + lease;
         let mut pause = Duration::from_millis(50);
         loop {
-            match self.settle(pending.clone()).await {
-                Ok(answers) => return Ok(answers),
+            tokio::time::sleep(pause).await;
+            match self.settle(vec![p.clone()]).await {
+                Ok(_) => return,
                 Err(err) if Instant::now() < give_up => {
-                    tracing::warn!(error = %err, charges = pending.len(), "settling recorded charges failed; retrying");
-                    tokio::time::sleep(pause).await;
+                    tracing::warn!(error = %err, request = %p.request_id, "settling a recorded charge failed; retrying");
                     pause = (pause * 2).min(Duration::from_secs(5));
                 }
                 Err(err) => {
-                    tracing::error!(error = %err, charges = pending.len(), "settling recorded charges failed; the scheduler settles them");
-                    for p in &pending {
-                        self.abandon(p);
-                    }
-                    return Err(err);
+                    tracing::error!(error = %err, request = %p.request_id, "settling a recorded charge failed; the scheduler settles it");
+                    self.abandon(&p);
+                    return;
                 }
             }
         }
@@ -502,7 +522,7 @@ impl Allowances {
         let (settlements, settle_task) =
             Batched::spawn("settlements", MAX_BATCH, 1, move |pending: Vec<Pending>| {
                 let shared = settle_shared.clone();
-                async move { shared.settle_retrying(pending, lease).await }
+                shared.settle_isolating(pending, lease)
             });
         let allowances = Self {
             inner: Arc::new(Inner {

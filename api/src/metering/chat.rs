@@ -131,7 +131,7 @@ impl ChatMeter {
         {
             Ok(charged) => Some(charged),
             Err(err) => {
-                tracing::error!(error = %err, "settling a chat completion failed; its reservation expires");
+                tracing::error!(error = %err, "recording a chat completion's charge failed; its hold expires with its block");
                 None
             }
         }

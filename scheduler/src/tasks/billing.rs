@@ -87,7 +87,11 @@ impl Billing {
         if rolled > 0 {
             tracing::info!(accounts = rolled, "billing periods rolled over");
         }
-        let orphaned = self.settle_orphaned(conn).await?;
+        // A charge that cannot be settled must not keep expired blocks held.
+        let orphaned = self.settle_orphaned(conn).await.unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "settling orphaned charges failed; retried next round");
+            0
+        });
         let released = self.release_expired(conn).await?;
         Ok(
             if [rolled, orphaned, released].contains(&(BATCH as usize)) {
