@@ -7,6 +7,7 @@ pub mod billing;
 pub mod events;
 pub mod models;
 pub mod notify;
+pub mod prepared;
 pub mod queries;
 pub mod schema;
 

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::PgPool;
+use crate::prepared::PrepareOnce;
 use unigen_core::batch::Batcher;
 
 /// The id carried by [`Notifier::events_recorded`]: watch it to learn that
@@ -90,6 +91,7 @@ pub async fn send_events_recorded(
     diesel::sql_query("SELECT pg_notify($1, $2)")
         .bind::<Text, _>(channel)
         .bind::<Text, _>(EVENTS_RECORDED.to_string())
+        .prepared()
         .execute(conn)
         .await?;
     Ok(())
@@ -102,6 +104,7 @@ async fn send_notifications(pool: &PgPool, channel: &str, ids: &[Uuid]) -> anyho
         diesel::sql_query("SELECT pg_notify($1, $2)")
             .bind::<Text, _>(channel)
             .bind::<Text, _>(payload)
+            .prepared()
             .execute(&mut conn)
             .await?;
     }

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::DbError;
 use crate::models::{AgentRun, AgentRunStep, NewAgentRun};
+use crate::prepared::PrepareOnce;
 use crate::schema::{agent_run_steps, agent_runs, agents};
 
 /// Runs left `running` this long past their limit were abandoned by a
@@ -198,6 +199,7 @@ pub async fn lock_expired(
     )
     .bind::<BigInt, _>(retention.as_secs() as i64)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?;
     Ok(expired.into_iter().map(|run| run.id).collect())

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::billing::{
     AccountSnapshot, Bucket, BucketReport, CREDITS, Charge, Estimate, Refusal, Settled,
 };
+use crate::prepared::PrepareOnce;
 
 use crate::models::{BillingAccount, CreditTransaction, Plan, QuotaUsage, UsageRecord};
 use crate::schema::{
@@ -311,6 +312,7 @@ pub async fn reserve(
         .bind::<Nullable<Text>, _>(bucket)
         .bind::<BigInt, _>(milli)
         .bind::<Nullable<Timestamptz>, _>(expires_at)
+        .prepared()
         .get_result(conn)
         .await?)
     };
@@ -417,6 +419,7 @@ pub async fn reserve_many(
             .collect::<Vec<_>>(),
     )
     .bind::<Array<Nullable<Timestamptz>>, _>(items.iter().map(|i| i.expires_at).collect::<Vec<_>>())
+    .prepared()
     .load(conn)
     .await?;
     let mut outcomes = Vec::with_capacity(items.len());
@@ -445,6 +448,7 @@ pub async fn reserve_more(
         diesel::sql_query("SELECT outcome, remaining, hard_limit FROM unigen_reserve_more($1, $2)")
             .bind::<SqlUuid, _>(id)
             .bind::<BigInt, _>(credits)
+            .prepared()
             .get_result(conn)
             .await?;
     Ok(match reserved.outcome.as_str() {
@@ -567,6 +571,7 @@ pub async fn grow_allowance(
         .bind::<BigInt, _>(growth.extra.credits)
         .bind::<BigInt, _>(growth.extra.milli)
         .bind::<Timestamptz, _>(growth.expires_at)
+        .prepared()
         .get_result(conn)
         .await?)
     };
@@ -612,6 +617,7 @@ pub async fn shrink_allowance(
         .bind::<SqlUuid, _>(id)
         .bind::<BigInt, _>(keep.credits)
         .bind::<BigInt, _>(keep.milli)
+        .prepared()
         .execute(conn)
         .await?;
     Ok(())
@@ -893,9 +899,13 @@ pub async fn settle_recorded(
             "DELETE FROM recorded_charges WHERE request_id IN
                  (SELECT request_id FROM recorded_charges WHERE request_id = ANY($1)
                    ORDER BY request_id FOR UPDATE)
-             RETURNING *",
+             RETURNING request_id, allowance_id, org_id, period_start, bucket, hold_credits,
+                       hold_milli, credits, bucket_milli, multiplier, api_key_id, endpoint,
+                       method, model, latency_ms, status, tools_used, prompt_tokens,
+                       completion_tokens, recorded_at",
         )
         .bind::<Array<SqlUuid>, _>(ids)
+        .prepared()
         .load(conn)
         .await?;
         // Settled in `ids`' order: each answer's balances are those after
@@ -937,6 +947,7 @@ pub async fn orphaned_charges(
     )
     .bind::<Timestamptz, _>(before)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?;
     Ok(rows.into_iter().map(|row| row.request_id).collect())
@@ -999,6 +1010,7 @@ async fn settle_shares_once(
     )
     .bind::<Array<BigInt>, _>(column(&|i| i.usage.prompt_tokens))
     .bind::<Array<BigInt>, _>(column(&|i| i.usage.completion_tokens))
+    .prepared()
     .load(conn)
     .await?;
     if rows.len() != items.len() {
@@ -1047,6 +1059,7 @@ pub async fn release(
     .bind::<Nullable<Array<Text>>, _>(usage.map(|u| &u.tools_used))
     .bind::<Nullable<BigInt>, _>(usage.map(|u| u.prompt_tokens))
     .bind::<Nullable<BigInt>, _>(usage.map(|u| u.completion_tokens))
+    .prepared()
     .get_result(conn)
     .await?;
     Ok(row.released)
@@ -1122,6 +1135,7 @@ pub async fn settle(
         .bind::<Array<Text>, _>(&usage.tools_used)
         .bind::<BigInt, _>(usage.prompt_tokens)
         .bind::<BigInt, _>(usage.completion_tokens)
+        .prepared()
         .get_result(conn)
         .await?)
     };
@@ -1216,6 +1230,7 @@ pub async fn settle_many(
             .map(|i| i.usage.completion_tokens)
             .collect::<Vec<_>>(),
     )
+    .prepared()
     .load(conn)
     .await?;
     let mut settled = Vec::with_capacity(items.len());
@@ -1385,6 +1400,7 @@ pub async fn ledger_sum(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<i6
         "SELECT COALESCE(SUM(amount), 0)::BIGINT AS sum FROM credit_transactions WHERE org_id = $1",
     )
     .bind::<diesel::sql_types::Uuid, _>(org_id)
+    .prepared()
     .get_result(conn)
     .await?;
     Ok(row.sum)

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::DbError;
 use crate::models::Event;
+use crate::prepared::PrepareOnce;
 use crate::schema::events;
 
 /// Records an event and, in the same statement (so the same transaction and
@@ -22,6 +23,7 @@ pub async fn insert(conn: &mut AsyncPgConnection, event: &Event) -> Result<(), D
         .bind::<Text, _>(&event.kind)
         .bind::<Jsonb, _>(&event.data)
         .bind::<Timestamptz, _>(event.created_at)
+        .prepared()
         .execute(conn)
         .await?;
     Ok(())
@@ -42,6 +44,7 @@ pub async fn insert_many(conn: &mut AsyncPgConnection, events: &[Event]) -> Resu
     .bind::<Array<Text>, _>(events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>())
     .bind::<Array<Jsonb>, _>(events.iter().map(|e| &e.data).collect::<Vec<_>>())
     .bind::<Array<Timestamptz>, _>(events.iter().map(|e| e.created_at).collect::<Vec<_>>())
+    .prepared()
     .execute(conn)
     .await?;
     Ok(())
@@ -78,6 +81,7 @@ pub async fn delete_expired(
     )
     .bind::<BigInt, _>(retention.as_secs() as i64)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .execute(conn)
     .await?)
 }

@@ -7,6 +7,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
+use crate::prepared::PrepareOnce;
 use crate::schema::idempotency_keys;
 
 /// How long a record answers for its key.
@@ -157,6 +158,7 @@ pub async fn delete_expired(conn: &mut AsyncPgConnection, limit: i64) -> Result<
          (SELECT ctid FROM idempotency_keys WHERE expires_at <= now() LIMIT $1)",
     )
     .bind::<diesel::sql_types::BigInt, _>(limit)
+    .prepared()
     .execute(conn)
     .await?)
 }

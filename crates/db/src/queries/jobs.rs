@@ -6,18 +6,32 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Integer, Text, Uuid as SqlUuid};
+use diesel::sql_types::{
+    Array, BigInt, Integer, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid,
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
 use crate::models::{Job, NewJob};
+use crate::prepared::PrepareOnce;
 use crate::schema::jobs;
 use unigen_core::domain::{JobStatus, Tool};
 
 const ACTIVE: [&str; 2] = ["pending", "processing"];
 
-/// Inserts a batch of jobs in one statement.
+/// Every column of [`Job`], in its order: what the raw statements that
+/// answer jobs return (never `*`, which a prepared statement must not).
+macro_rules! job_columns {
+    () => {
+        "id, org_id, api_key_id, tool, status, progress, model, model_tier, input_params, \
+         output_data, estimated_credits, actual_credits, error_message, attempt, enqueued_at, \
+         worker_id, lease_expires_at, created_at, started_at, completed_at, usage, cancel_after"
+    };
+}
+
+/// Inserts a batch of jobs in one statement (one prepared statement,
+/// whatever the batch's size).
 pub async fn insert_many(
     conn: &mut AsyncPgConnection,
     new: &[NewJob<'_>],
@@ -25,11 +39,26 @@ pub async fn insert_many(
     if new.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(diesel::insert_into(jobs::table)
-        .values(new)
-        .returning(Job::as_returning())
-        .get_results(conn)
-        .await?)
+    Ok(diesel::sql_query(concat!(
+        "INSERT INTO jobs (id, org_id, api_key_id, tool, model, model_tier, input_params, \
+                           estimated_credits, cancel_after) \
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], \
+                              $6::text[], $7::jsonb[], $8::int8[], $9::timestamptz[]) \
+         RETURNING ",
+        job_columns!()
+    ))
+    .bind::<Array<SqlUuid>, _>(new.iter().map(|j| j.id).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(new.iter().map(|j| j.org_id).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(new.iter().map(|j| j.api_key_id).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(new.iter().map(|j| j.tool).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(new.iter().map(|j| j.model).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(new.iter().map(|j| j.model_tier).collect::<Vec<_>>())
+    .bind::<Array<Jsonb>, _>(new.iter().map(|j| j.input_params).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(new.iter().map(|j| j.estimated_credits).collect::<Vec<_>>())
+    .bind::<Array<Nullable<Timestamptz>>, _>(new.iter().map(|j| j.cancel_after).collect::<Vec<_>>())
+    .prepared()
+    .load(conn)
+    .await?)
 }
 
 /// A job of this organization; another organization's job is `None`, exactly
@@ -205,15 +234,18 @@ pub async fn claim_many(
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(diesel::sql_query(
+    Ok(diesel::sql_query(concat!(
         "UPDATE jobs SET status = 'processing', attempt = attempt + 1, worker_id = $2, \
              lease_expires_at = now() + make_interval(secs => $3), started_at = now(), progress = 0 \
          WHERE id = ANY($1) AND status = 'pending' \
-           AND (cancel_after IS NULL OR cancel_after > now()) RETURNING *",
-    )
+           AND (cancel_after IS NULL OR cancel_after > now()) \
+         RETURNING ",
+        job_columns!()
+    ))
     .bind::<Array<SqlUuid>, _>(ids)
     .bind::<Text, _>(worker_id)
     .bind::<BigInt, _>(lease.as_secs() as i64)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -245,6 +277,7 @@ pub async fn renew_lease(
     .bind::<SqlUuid, _>(id)
     .bind::<Integer, _>(attempt)
     .bind::<BigInt, _>(lease.as_secs() as i64)
+    .prepared()
     .execute(conn)
     .await?;
     Ok(updated == 1)
@@ -327,6 +360,7 @@ pub async fn complete_many(
             .map(|c| c.actual_credits)
             .collect::<Vec<_>>(),
     )
+    .prepared()
     .load(conn)
     .await?;
     Ok(written.into_iter().map(|w| w.id).collect())
@@ -361,6 +395,7 @@ pub async fn set_usage_many(
     .bind::<Array<diesel::sql_types::Jsonb>, _>(
         usages.iter().map(|(_, usage)| usage).collect::<Vec<_>>(),
     )
+    .prepared()
     .execute(conn)
     .await?;
     Ok(())
@@ -415,6 +450,8 @@ pub async fn mark_enqueued(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result
         .filter(jobs::id.eq_any(ids))
         .filter(jobs::enqueued_at.is_null())
         .set(jobs::enqueued_at.eq(diesel::dsl::now))
+        // diesel does not cache this one (its `ANY` over a list); the text is constant.
+        .prepared()
         .execute(conn)
         .await?)
 }
@@ -444,6 +481,7 @@ pub async fn lock_unpublished(
     )
     .bind::<BigInt, _>(grace.as_secs() as i64)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -464,6 +502,7 @@ pub async fn count_by_tool_and_status(
 ) -> Result<Vec<ToolStatusCount>, DbError> {
     Ok(
         diesel::sql_query("SELECT tool, status, count(*) AS count FROM jobs GROUP BY tool, status")
+            .prepared()
             .load(conn)
             .await?,
     )
@@ -508,6 +547,7 @@ pub async fn fail_dead_lettered(
     )
     .bind::<Array<SqlUuid>, _>(ids)
     .bind::<Array<Integer>, _>(attempts)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -535,6 +575,7 @@ pub async fn rescue_expired_leases(
     )
     .bind::<Integer, _>(max_attempts)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -565,6 +606,7 @@ pub async fn fail_overdue(
     .bind::<Array<Text>, _>(tools)
     .bind::<Array<BigInt>, _>(seconds)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -596,6 +638,7 @@ pub async fn lock_expired(
     )
     .bind::<BigInt, _>(retention.as_secs() as i64)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -604,4 +647,34 @@ pub async fn delete(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize,
     Ok(diesel::delete(jobs::table.filter(jobs::id.eq_any(ids)))
         .execute(conn)
         .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::pg::Pg;
+
+    use super::*;
+
+    #[test]
+    fn the_raw_statements_return_every_column_of_a_job_in_order() {
+        let select =
+            diesel::debug_query::<Pg, _>(&jobs::table.select(Job::as_select())).to_string();
+        let listed: Vec<String> = select
+            .trim_start_matches("SELECT ")
+            .split(" FROM ")
+            .next()
+            .expect("a select list")
+            .split(", ")
+            .map(|column| {
+                column
+                    .rsplit('.')
+                    .next()
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_string()
+            })
+            .collect();
+        let ours: Vec<&str> = job_columns!().split(',').map(str::trim).collect();
+        assert_eq!(listed, ours);
+    }
 }

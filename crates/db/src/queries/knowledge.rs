@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::DbError;
 use crate::models::{KnowledgeFile, NewKnowledgeChunk, NewKnowledgeFile};
+use crate::prepared::PrepareOnce;
 use crate::schema::{agents, knowledge_chunks, knowledge_files};
 
 use unigen_core::domain::{self as upload, UploadRefusal};
@@ -207,6 +208,7 @@ pub async fn renew_lease(
     .bind::<SqlUuid, _>(id)
     .bind::<Integer, _>(attempt)
     .bind::<BigInt, _>(lease.as_secs() as i64)
+    .prepared()
     .execute(conn)
     .await?;
     Ok(updated == 1)
@@ -296,6 +298,7 @@ pub async fn retry_later(
     .bind::<Integer, _>(attempt)
     .bind::<Text, _>(reason)
     .bind::<diesel::sql_types::Double, _>(delay.as_secs_f64())
+    .prepared()
     .execute(conn)
     .await?;
     Ok(updated == 1)
@@ -346,6 +349,7 @@ pub async fn lock_unpublished(
     )
     .bind::<BigInt, _>(grace.as_secs() as i64)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -386,6 +390,7 @@ pub async fn rescue_expired_leases(
     )
     .bind::<Integer, _>(max_attempts)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -409,6 +414,7 @@ pub async fn has_chunks(
     )
     .bind::<SqlUuid, _>(agent_id)
     .bind::<Text, _>(embedding_model)
+    .prepared()
     .get_result(conn)
     .await?;
     Ok(row.found)
@@ -454,6 +460,7 @@ pub async fn nearest_chunks(
     .bind::<Text, _>(embedding_model)
     .bind::<Array<Float4>, _>(query)
     .bind::<BigInt, _>(limit)
+    .prepared()
     .load(conn)
     .await?)
 }

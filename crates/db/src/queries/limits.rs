@@ -10,6 +10,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
+use crate::prepared::PrepareOnce;
 
 #[derive(QueryableByName)]
 struct Tokens {
@@ -75,6 +76,7 @@ pub async fn take_rate_tokens(
             .bind::<SqlUuid, _>(api_key_id)
             .bind::<BigInt, _>(interval_us)
             .bind::<Integer, _>(wanted.min(i32::MAX as u32) as i32)
+            .prepared()
             .get_result(conn)
             .await?;
     if row.granted >= 1 {
@@ -123,6 +125,7 @@ pub async fn acquire_slot(
     )
     .bind::<SqlUuid, _>(org_id)
     .bind::<Integer, _>(limit)
+    .prepared()
     .execute(conn)
     .await?;
     take_free_slot(conn, org_id, limit, holder, lease).await
@@ -150,6 +153,7 @@ async fn take_free_slot(
     .bind::<Integer, _>(limit)
     .bind::<SqlUuid, _>(holder)
     .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+    .prepared()
     .get_result(conn)
     .await
     .optional()?;
@@ -169,6 +173,7 @@ pub async fn release_slot(
     .bind::<SqlUuid, _>(org_id)
     .bind::<Integer, _>(slot)
     .bind::<SqlUuid, _>(holder)
+    .prepared()
     .execute(conn)
     .await?;
     Ok(())
@@ -198,6 +203,7 @@ pub async fn lease_slots(
             .bind::<SqlUuid, _>(holder)
             .bind::<Integer, _>(wanted.max(1))
             .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+            .prepared()
             .load(conn)
             .await?;
     Ok(rows.into_iter().map(|r| r.unigen_lease_slots).collect())
@@ -217,6 +223,7 @@ pub async fn release_slots(
     .bind::<SqlUuid, _>(org_id)
     .bind::<diesel::sql_types::Array<Integer>, _>(slots)
     .bind::<SqlUuid, _>(holder)
+    .prepared()
     .execute(conn)
     .await?;
     Ok(())
@@ -248,6 +255,7 @@ pub async fn renew_slots(
     .bind::<diesel::sql_types::Array<Integer>, _>(slots)
     .bind::<SqlUuid, _>(holder)
     .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+    .prepared()
     .load(conn)
     .await?;
     Ok(rows.into_iter().map(|r| (r.org_id, r.slot)).collect())

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::DbError;
 use crate::models::UsageRecord;
+use crate::prepared::PrepareOnce;
 use crate::queries::billing;
 use crate::schema::usage_records;
 
@@ -466,6 +467,7 @@ pub async fn is_known_timezone(conn: &mut AsyncPgConnection, name: &str) -> Resu
                  WHERE name NOT LIKE 'posix/%' AND name NOT LIKE 'right/%'
                    AND name NOT IN ('posixrules', 'localtime')",
             )
+            .prepared()
             .load(conn)
             .await?;
             Ok::<_, DbError>(rows.into_iter().map(|row| row.name).collect())
@@ -490,6 +492,7 @@ pub async fn local_to_utc(
     let row: Instant = diesel::sql_query("SELECT ($1::timestamp AT TIME ZONE $2) AS at")
         .bind::<Timestamp, _>(local)
         .bind::<Text, _>(timezone)
+        .prepared()
         .get_result(conn)
         .await?;
     Ok(row.at)

@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::DbError;
 use crate::models::{Event, NewWebhook, Webhook, WebhookAttempt, WebhookDelivery, WebhookUpdate};
+use crate::prepared::PrepareOnce;
 use crate::schema::{events, webhook_attempts, webhook_deliveries, webhooks};
 use unigen_core::config::WebhookSettings;
 
@@ -52,6 +53,7 @@ pub async fn create_within_plan(
              JOIN plans p ON p.code = o.plan_code WHERE o.id = $1 FOR UPDATE OF o",
         )
         .bind::<SqlUuid, _>(new.org_id)
+        .prepared()
         .get_result(conn)
         .await?;
         if limit.max_webhooks <= 0 {
@@ -239,6 +241,7 @@ pub async fn redeliver(
                    manual_attempt = true, next_attempt_at = now() WHERE id = $1",
             )
             .bind::<SqlUuid, _>(delivery.id)
+            .prepared()
             .execute(conn)
             .await?;
         } else {
@@ -292,6 +295,7 @@ pub async fn replay_failed(
     )
     .bind::<SqlUuid, _>(webhook_id)
     .bind::<Timestamptz, _>(since)
+    .prepared()
     .execute(conn)
     .await?)
 }
@@ -445,6 +449,7 @@ pub async fn claim_due(
     )
     .bind::<BigInt, _>(limit)
     .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
+    .prepared()
     .load(conn)
     .await?)
 }
@@ -461,6 +466,7 @@ pub async fn next_due_at(conn: &mut AsyncPgConnection) -> Result<Option<DateTime
         "SELECT min(d.next_attempt_at) AS at FROM webhook_deliveries d \
          JOIN webhooks w ON w.id = d.webhook_id WHERE d.status = 'pending' AND w.enabled",
     )
+    .prepared()
     .get_result(conn)
     .await?;
     Ok(row.at)
@@ -690,6 +696,7 @@ async fn count_failed_delivery(
     .bind::<Text, _>(format!(
         "{threshold} consecutive deliveries failed; re-enable with PATCH enabled=true"
     ))
+    .prepared()
     .get_result(conn)
     .await?;
     Ok(row.now_disabled)
