@@ -125,8 +125,8 @@ pub struct Job {
     pub cancel_after: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Insertable)]
-#[diesel(table_name = jobs)]
+/// A job to insert (`queries::jobs::insert_many`, one `unnest` statement).
+#[derive(Debug)]
 pub struct NewJob<'a> {
     pub id: Uuid,
     pub org_id: Uuid,
