@@ -1,18 +1,20 @@
 //! Claiming jobs: a delivery's job becomes this worker's (status
 //! `processing`, a lease) together with its `generation.started` event.
-//! Deliveries that arrive together are claimed in one transaction of two
-//! statements, not one transaction each: under load the claim was one of the
-//! round trips every job waited on in turn.
+//! Deliveries that arrive together are claimed in one statement with their
+//! events, not one transaction each: the claim is on every job's path (a
+//! sync request waits for it), and each round trip of it is time the job
+//! waits.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use chrono::Utc;
+use diesel_async::AsyncPgConnection;
 use tokio::task::JoinHandle;
 use unigen_core::batched::Batched;
 use unigen_db::models::Job;
-use unigen_db::{DbError, PgPool, events, queries};
+use unigen_db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
 /// Largest batch: bounds the statement and how long its row locks are held.
@@ -70,7 +72,7 @@ impl Claimer {
     }
 }
 
-/// One transaction: the pending jobs among `ids` claimed, then the started
+/// One statement: the pending jobs among `ids` claimed, with the started
 /// events of their first attempts (a retried attempt is the same
 /// generation and announces nothing new). Answers in the order of `ids`.
 async fn claim(
@@ -86,18 +88,17 @@ async fn claim(
     let mut distinct = ids.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
-    let claimed = conn
-        .transaction::<_, DbError, _>(async |conn| {
-            let claimed = queries::jobs::claim_many(conn, &distinct, worker_id, lease).await?;
-            let started: Vec<_> = claimed
-                .iter()
-                .filter(|job| job.attempt == 1)
-                .map(events::generation_started)
-                .collect();
-            queries::events::insert_many(conn, &started).await?;
-            Ok(claimed)
-        })
-        .await?;
+    // Ids for the events of the jobs that turn out to be first attempts.
+    let event_ids: Vec<Uuid> = distinct.iter().map(|_| Uuid::now_v7()).collect();
+    let claimed = queries::jobs::claim_many_announcing(
+        conn,
+        &distinct,
+        &event_ids,
+        Utc::now(),
+        worker_id,
+        lease,
+    )
+    .await?;
     let ours: HashSet<Uuid> = claimed.iter().map(|job| job.id).collect();
     let missing: Vec<Uuid> = distinct
         .iter()

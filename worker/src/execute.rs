@@ -129,11 +129,15 @@ async fn settle(
         terminal,
         event,
     };
+    let completes = matches!(finish.terminal, Terminal::Complete { .. });
     match context.finisher.finish(finish).await {
         Ok(written) => {
-            context.notifier.job_changed(id);
-            if written {
-                context.notifier.events_recorded();
+            // A completion written was announced by its own commit.
+            if !(written && completes) {
+                context.notifier.job_changed(id);
+                if written {
+                    context.notifier.events_recorded();
+                }
             }
             Some(written)
         }

@@ -18,6 +18,9 @@ use uuid::Uuid;
 
 /// Largest batch: bounds how long its locks are held.
 const MAX_BATCH: usize = 100;
+// A batch's completions are announced in one NOTIFY (ids and the events
+// marker, comma-separated), whose payload must stay below 8000 bytes.
+const _: () = assert!((MAX_BATCH + 1) * 37 < 8000);
 
 pub enum Terminal {
     Complete {
@@ -38,34 +41,44 @@ pub struct Finish {
 #[derive(Clone)]
 pub struct Finisher {
     pool: PgPool,
+    channel: Arc<str>,
     batches: Batched<Arc<Finish>, bool>,
 }
 
 impl Finisher {
-    /// The batch task ends with the last clone.
-    pub fn spawn(pool: PgPool) -> (Self, JoinHandle<()>) {
-        let batch_pool = pool.clone();
+    /// The batch task ends with the last clone. Completions are announced
+    /// on `channel` (job notifications) by their own commit.
+    pub fn spawn(pool: PgPool, channel: &str) -> (Self, JoinHandle<()>) {
+        let channel: Arc<str> = channel.into();
+        let (batch_pool, batch_channel) = (pool.clone(), channel.clone());
         let (batches, task) = Batched::spawn(
             "job results",
             MAX_BATCH,
             1,
             move |items: Vec<Arc<Finish>>| {
-                let pool = batch_pool.clone();
-                async move { write(&pool, &items).await }
+                let (pool, channel) = (batch_pool.clone(), batch_channel.clone());
+                async move { write(&pool, &channel, &items).await }
             },
         );
-        (Self { pool, batches }, task)
+        let finisher = Self {
+            pool,
+            channel,
+            batches,
+        };
+        (finisher, task)
     }
 
     /// Writes the job's terminal state with the next batch (alone if that
     /// batch fails). `Ok(false)`: the attempt no longer owns the job
-    /// (cancelled or taken over); nothing was written.
+    /// (cancelled or taken over); nothing was written. A completion written
+    /// is already announced (the job and its event); anything else is the
+    /// caller's to announce.
     pub async fn finish(&self, finish: Finish) -> Result<bool, DbError> {
         let finish = Arc::new(finish);
         if let Some(written) = self.batches.call(finish.clone()).await {
             return Ok(written);
         }
-        Ok(write(&self.pool, std::slice::from_ref(&finish)).await?[0])
+        Ok(write(&self.pool, &self.channel, std::slice::from_ref(&finish)).await?[0])
     }
 }
 
@@ -73,7 +86,7 @@ impl Finisher {
 /// rows are taken first, in id order, and the billing rows last (in
 /// organization order): the order a cancel takes them in, so the two never
 /// wait on each other.
-async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbError> {
+async fn write(pool: &PgPool, channel: &str, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbError> {
     let mut pooled = pool.get().await?;
     let conn: &mut AsyncPgConnection = &mut pooled;
     conn.transaction::<_, DbError, _>(async |conn| {
@@ -92,11 +105,12 @@ async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbErro
                     attempt: items[i].job.attempt,
                     output,
                     actual_credits: *actual_credits,
+                    event: &items[i].event,
                 }),
                 Terminal::Fail(_) => None,
             })
             .collect();
-        let completed: HashSet<Uuid> = queries::jobs::complete_many(conn, &completions)
+        let completed: HashSet<Uuid> = queries::jobs::complete_many(conn, &completions, channel)
             .await?
             .into_iter()
             .collect();
@@ -109,9 +123,10 @@ async fn write(pool: &PgPool, items: &[Arc<Finish>]) -> Result<Vec<bool>, DbErro
                 }
             };
         }
+        // The completions' events went with their statement.
         let events: Vec<Event> = order
             .iter()
-            .filter(|&&i| written[i])
+            .filter(|&&i| written[i] && matches!(items[i].terminal, Terminal::Fail(_)))
             .map(|&i| items[i].event.clone())
             .collect();
         queries::events::insert_many(conn, &events).await?;

@@ -111,7 +111,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         settings.notify.channel.clone(),
         listener_stop.clone(),
     );
-    let (finisher, _finisher_task) = finish::Finisher::spawn(pool.clone());
+    let (finisher, _finisher_task) =
+        finish::Finisher::spawn(pool.clone(), &settings.notify.channel);
     let (worker_id, lease) = (
         worker_id(),
         Duration::from_secs(settings.jobs.lease_seconds.max(3)),

@@ -15,7 +15,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use chrono::Utc;
-use unigen_db::billing::{Charge, Estimate};
+use unigen_db::billing::{AccountSnapshot, Charge, Estimate};
 use unigen_db::models::UsageRecord;
 use unigen_db::queries::billing::Amount;
 use unigen_db::{DbError, PgPool, queries};
@@ -31,15 +31,26 @@ pub use allowances::Charged;
 /// Reads the account's balances for the headers of a job-backed response
 /// (the worker settled it; the API only reports).
 pub async fn record_job_charge(state: &AppState, caller: &Caller, credits_used: i64) {
+    if let Some(snapshot) = read_balances(state, caller.org_id).await {
+        caller.charges.record(credits_used, snapshot);
+    }
+}
+
+/// The account's balances as they stand, for credit headers; `None` when
+/// there is no account or the read failed (logged: the headers are left
+/// out, the answer is not failed for them).
+pub async fn read_balances(state: &AppState, org_id: Uuid) -> Option<AccountSnapshot> {
     let snapshot = async {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::billing::account_snapshot(&mut conn, caller.org_id).await
+        queries::billing::account_snapshot(&mut conn, org_id).await
     }
     .await;
     match snapshot {
-        Ok(Some(snapshot)) => caller.charges.record(credits_used, snapshot),
-        Ok(None) => {}
-        Err(err) => tracing::warn!(error = %err, "reading balances for credit headers failed"),
+        Ok(snapshot) => snapshot,
+        Err(err) => {
+            tracing::warn!(error = %err, "reading balances for credit headers failed");
+            None
+        }
     }
 }
 

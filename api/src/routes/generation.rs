@@ -13,7 +13,7 @@ use unigen_core::domain::{JobStatus, Tool};
 use unigen_core::fetch::{Media, sniff};
 use unigen_core::params::{MediaRef, StoredInput, StoredInputs};
 use unigen_db::DbError;
-use unigen_db::billing::{Bucket, Estimate, to_milli};
+use unigen_db::billing::{AccountSnapshot, Bucket, Estimate, to_milli};
 use unigen_db::models::Job;
 use unigen_db::queries::jobs::CANCEL_AFTER_REASON;
 use unigen_jobs::NewJobRequest;
@@ -22,7 +22,7 @@ use uuid::Uuid;
 pub use super::delivery::{Delivery, Timing};
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::metering::{ConcurrencySlot, record_job_charge};
+use crate::metering::{ConcurrencySlot, read_balances, record_job_charge};
 use crate::state::AppState;
 use crate::views::{AsyncJobCreated, JobView};
 use crate::wait;
@@ -280,10 +280,15 @@ pub async fn run(
         Delivery::Wait(seconds) => Duration::from_secs(seconds),
         Delivery::Sync => state.limits.sync_wait,
     };
-    let job = wait_within(state, caller.org_id, &job, limit).await?;
+    let (job, balances) = wait_within(state, caller.org_id, &job, limit).await?;
     match job.status.parse::<JobStatus>() {
         Ok(JobStatus::Completed) => {
-            record_job_charge(state, caller, job.actual_credits.unwrap_or(0)).await;
+            let credits_used = job.actual_credits.unwrap_or(0);
+            match balances {
+                Balances::Read(Some(balances)) => caller.charges.record(credits_used, balances),
+                Balances::Read(None) => {}
+                Balances::Unread => record_job_charge(state, caller, credits_used).await,
+            }
             Ok(answer(Outcome::Completed(job)))
         }
         Ok(JobStatus::Failed) => Err(ApiError::GenerationFailed(format!(
@@ -306,19 +311,24 @@ pub async fn run(
 /// within the wait ends it there: the job is cancelled now, exactly as the
 /// scheduler's sweep would (reservation released, event, worker woken), so
 /// the request answers at the deadline rather than at the sweep's round.
+///
+/// The account's balances (for the credit headers) are read alongside the
+/// job once woken, so a sync answer costs no round trip after the job's.
 async fn wait_within(
     state: &AppState,
     org_id: Uuid,
     submitted: &Job,
     limit: Duration,
-) -> Result<Job, ApiError> {
+) -> Result<(Job, Balances), ApiError> {
     let started = Instant::now();
     let id = submitted.id;
     let until_deadline = submitted
         .cancel_after
         .map(|at| (at - Utc::now()).to_std().unwrap_or_default());
     let first = until_deadline.map_or(limit, |left| left.min(limit));
-    let mut job = wait::until_finished(state, org_id, id, first).await?;
+    let balances = || read_balances(state, org_id);
+    let (mut job, mut read) =
+        wait::until_finished_alongside(state, org_id, id, first, balances).await?;
     if !is_terminal(&job) && job.cancel_after.is_some_and(|at| at <= Utc::now()) {
         let cancelled = {
             let mut conn = state.pool.get().await.map_err(DbError::from)?;
@@ -328,16 +338,26 @@ async fn wait_within(
             // Wakes the worker running it (it aborts) and the event delivery.
             state.notifier.job_changed(id);
             state.notifier.events_recorded();
-            return Ok(cancelled);
+            return Ok((cancelled, Balances::Unread));
         }
     }
     // Finished meanwhile, or the database's clock is behind ours (the sweep
     // cancels it then): the rest of the wait as usual.
     let waited = started.elapsed();
     if !is_terminal(&job) && waited < limit {
-        job = wait::until_finished(state, org_id, id, limit - waited).await?;
+        (job, read) =
+            wait::until_finished_alongside(state, org_id, id, limit - waited, balances).await?;
     }
-    Ok(job)
+    Ok((job, read.map_or(Balances::Unread, Balances::Read)))
+}
+
+/// The balances a wait read with the terminal job, for the credit headers.
+enum Balances {
+    /// Read after the job's completion (`None`: no account, or the read
+    /// failed and was logged).
+    Read(Option<AccountSnapshot>),
+    /// Not read: the job was terminal before any wake-up.
+    Unread,
 }
 
 fn is_terminal(job: &Job) -> bool {

@@ -34,14 +34,8 @@ fn event(org_id: Uuid, kind: &str, data: Value) -> Event {
     }
 }
 
-/// `generation.started`: `jobId`, `tool`, `model`.
-pub fn generation_started(job: &Job) -> Event {
-    event(
-        job.org_id,
-        GENERATION_STARTED,
-        json!({ "jobId": job.id, "tool": job.tool, "model": job.model }),
-    )
-}
+// `generation.started` (`jobId`, `tool`, `model`) is recorded by the claim
+// itself (`queries::jobs::claim_many_announcing`), from the claimed row.
 
 /// `generation.completed`: `jobId`, `tool`, `model`, `outputUrl` (the first
 /// output file, signed now), `durationMs`, `unitsUsed`, `unitType`.

@@ -13,6 +13,7 @@ use unigen_core::domain::Tool;
 use unigen_db::billing::{Estimate, Refusal};
 use unigen_db::models::{Job, NewJob};
 use unigen_db::queries::billing::ReserveItem;
+use unigen_db::queries::jobs::Reserving;
 use unigen_db::{DbError, PgPool, queries};
 
 /// Largest submission batch: bounds the statement and how long its locks
@@ -164,51 +165,71 @@ impl JobSubmitter {
     }
 }
 
-/// Persists submissions in one transaction: each estimate is reserved
-/// exactly as on its own (a refused one writes nothing), then the admitted
-/// jobs are inserted in one statement. Every pending job holds its
+/// Persists submissions in one statement: each estimate is reserved
+/// exactly as on its own (a refused one writes nothing) and the admitted
+/// jobs are inserted with their holds. Every pending job holds its
 /// estimate, and the organizations' billing rows are locked once per batch,
-/// in organization order. Answers in the items' order.
+/// in organization order. An organization whose account must first be set
+/// up (its first job, a new period) takes the single path, in a
+/// transaction of its own. Answers in the items' order.
 async fn persist(pool: &PgPool, items: &[Arc<Pending>]) -> Result<Vec<Persisted>, DbError> {
     let mut pooled = pool.get().await?;
     let conn: &mut AsyncPgConnection = &mut pooled;
-    conn.transaction::<_, DbError, _>(async |conn| {
-        let reservations: Vec<ReserveItem> = items
-            .iter()
-            .map(|p| ReserveItem {
-                org_id: p.org_id,
-                id: p.id,
-                estimate: p.estimate.clone(),
-                expires_at: None,
-            })
-            .collect();
-        let mut answers: Vec<Option<Persisted>> = (0..items.len()).map(|_| None).collect();
-        let mut admitted = Vec::with_capacity(items.len());
-        for (i, outcome) in queries::billing::reserve_many(conn, &reservations)
-            .await?
-            .into_iter()
-            .enumerate()
-        {
-            match outcome? {
-                Ok(()) => admitted.push(i),
-                Err(refusal) => answers[i] = Some(Err(refusal)),
+    let reservation = |p: &Pending| ReserveItem {
+        org_id: p.org_id,
+        id: p.id,
+        estimate: p.estimate.clone(),
+        expires_at: None,
+    };
+    let new_jobs: Vec<NewJob<'_>> = items.iter().map(|p| p.new_job()).collect();
+    let reservations: Vec<ReserveItem> = items.iter().map(|p| reservation(p)).collect();
+    // One statement, committed on its own: every submission's round trips
+    // are on a sync request's path.
+    let outcomes = queries::jobs::insert_many_reserving(conn, &new_jobs, &reservations).await?;
+    let mut answers: Vec<Option<Persisted>> = Vec::with_capacity(items.len());
+    let mut setup = Vec::new();
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        answers.push(match outcome? {
+            Reserving::Inserted(job) => Some(Ok(*job)),
+            Reserving::Refused(refusal) => Some(Err(refusal)),
+            Reserving::NeedsSetup => {
+                setup.push(i);
+                None
             }
-        }
-        let new_jobs: Vec<NewJob<'_>> = admitted.iter().map(|&i| items[i].new_job()).collect();
-        let mut jobs = queries::jobs::insert_many(conn, &new_jobs).await?;
-        for &i in &admitted {
-            let at = jobs
+        });
+    }
+    if !setup.is_empty() {
+        // An organization's first job, or the first of a new period.
+        let set_up = conn
+            .transaction::<_, DbError, _>(async |conn| {
+                let mut answers = Vec::with_capacity(setup.len());
+                let mut admitted = Vec::new();
+                for &i in &setup {
+                    let p = &items[i];
+                    match queries::billing::reserve(conn, p.org_id, p.id, &p.estimate, None).await?
+                    {
+                        Ok(()) => admitted.push(p.new_job()),
+                        Err(refusal) => answers.push((p.id, Err(refusal))),
+                    }
+                }
+                for job in queries::jobs::insert_many(conn, &admitted).await? {
+                    answers.push((job.id, Ok(job)));
+                }
+                Ok(answers)
+            })
+            .await?;
+        for (id, answer) in set_up {
+            let at = items
                 .iter()
-                .position(|job| job.id == items[i].id)
+                .position(|p| p.id == id)
                 .ok_or_else(|| DbError::Query(diesel::result::Error::NotFound))?;
-            answers[i] = Some(Ok(jobs.swap_remove(at)));
+            answers[at] = Some(answer);
         }
-        Ok(answers
-            .into_iter()
-            .map(|answer| answer.expect("every submission answered"))
-            .collect())
-    })
-    .await
+    }
+    Ok(answers
+        .into_iter()
+        .map(|answer| answer.expect("every submission answered"))
+        .collect())
 }
 
 impl From<diesel::result::Error> for SubmitError {

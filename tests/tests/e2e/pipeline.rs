@@ -123,6 +123,17 @@ async fn a_job_whose_worker_vanished_is_rescued_after_its_lease_and_completed() 
     assert_eq!(job["status"], "completed", "{job}");
     let attempt = app.attempt_of(&orphan.to_string()).await;
     assert_eq!(attempt, 2, "the rescue counted one more attempt");
+    let events = app.events().await;
+    let announced: Vec<&str> = events
+        .iter()
+        .filter(|(_, data)| data["jobId"] == orphan.to_string().as_str())
+        .map(|(kind, _)| kind.as_str())
+        .collect();
+    assert_eq!(
+        announced,
+        ["generation.completed"],
+        "a retried attempt is the same generation: no second start"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

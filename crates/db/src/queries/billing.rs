@@ -278,9 +278,9 @@ pub async fn quota_rows(
 }
 
 #[derive(QueryableByName)]
-struct Reserved {
+pub(crate) struct Reserved {
     #[diesel(sql_type = Text)]
-    outcome: String,
+    pub(crate) outcome: String,
     #[diesel(sql_type = Double)]
     remaining: f64,
     #[diesel(sql_type = Nullable<BigInt>)]
@@ -325,7 +325,7 @@ pub async fn reserve(
 }
 
 /// `unigen_reserve`'s answer: held, refused, or an outcome it never gives.
-fn reservation_outcome(
+pub(crate) fn reservation_outcome(
     reserved: Reserved,
     bucket: Option<&str>,
 ) -> Result<Result<(), Refusal>, DbError> {
@@ -350,7 +350,7 @@ fn reservation_outcome(
     })
 }
 
-/// One sync request's reservation, for [`reserve_many`].
+/// One request's reservation, for [`crate::queries::jobs::insert_many_reserving`].
 pub struct ReserveItem {
     pub org_id: Uuid,
     pub id: Uuid,
@@ -360,7 +360,7 @@ pub struct ReserveItem {
 
 /// The positions of `items` in organization order. Batches lock accounts in
 /// that one order, so two batches never wait on each other's locks.
-fn organization_order<T>(items: &[T], org: impl Fn(&T) -> Uuid) -> Vec<usize> {
+pub(crate) fn organization_order<T>(items: &[T], org: impl Fn(&T) -> Uuid) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by_key(|&i| org(&items[i]));
     order
@@ -368,7 +368,7 @@ fn organization_order<T>(items: &[T], org: impl Fn(&T) -> Uuid) -> Vec<usize> {
 
 /// Puts answers that came in `order` (1-based `ord` per answer) back in
 /// the items' own order.
-fn in_item_order<O>(order: &[usize], answers: Vec<(i64, O)>) -> Vec<O> {
+pub(crate) fn in_item_order<O>(order: &[usize], answers: Vec<(i64, O)>) -> Vec<O> {
     let mut slots: Vec<Option<O>> = (0..order.len()).map(|_| None).collect();
     for (ord, answer) in answers {
         slots[order[(ord - 1) as usize]] = Some(answer);
@@ -377,62 +377,6 @@ fn in_item_order<O>(order: &[usize], answers: Vec<(i64, O)>) -> Vec<O> {
         .into_iter()
         .map(|slot| slot.expect("one answer per item"))
         .collect()
-}
-
-#[derive(QueryableByName)]
-struct NumberedReserved {
-    #[diesel(sql_type = BigInt)]
-    ord: i64,
-    #[diesel(embed)]
-    reserved: Reserved,
-}
-
-/// [`reserve`] for many requests in one statement and one commit, each
-/// item decided exactly as on its own (a refusal changes nothing for its
-/// item); answers in the items' order. `Err`: the statement failed and
-/// changed nothing; an item's own error (setting up its account afterwards)
-/// is that item's.
-pub async fn reserve_many(
-    conn: &mut AsyncPgConnection,
-    items: &[ReserveItem],
-) -> Result<Vec<Result<Result<(), Refusal>, DbError>>, DbError> {
-    let order = organization_order(items, |i| i.org_id);
-    let items: Vec<&ReserveItem> = order.iter().map(|&i| &items[i]).collect();
-    let buckets: Vec<Option<&str>> = items
-        .iter()
-        .map(|i| i.estimate.bucket.map(|(bucket, _)| bucket.as_str()))
-        .collect();
-    let rows: Vec<NumberedReserved> = diesel::sql_query(
-        "SELECT r.ord, r.outcome, r.remaining, r.hard_limit
-           FROM unigen_reserve_many($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::int8[],
-                                    $6::timestamptz[]) AS r
-          ORDER BY r.ord",
-    )
-    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.org_id).collect::<Vec<_>>())
-    .bind::<Array<SqlUuid>, _>(items.iter().map(|i| i.id).collect::<Vec<_>>())
-    .bind::<Array<BigInt>, _>(items.iter().map(|i| i.estimate.credits).collect::<Vec<_>>())
-    .bind::<Array<Nullable<Text>>, _>(&buckets)
-    .bind::<Array<BigInt>, _>(
-        items
-            .iter()
-            .map(|i| i.estimate.bucket.map_or(0, |(_, milli)| milli))
-            .collect::<Vec<_>>(),
-    )
-    .bind::<Array<Nullable<Timestamptz>>, _>(items.iter().map(|i| i.expires_at).collect::<Vec<_>>())
-    .prepared()
-    .load(conn)
-    .await?;
-    let mut outcomes = Vec::with_capacity(items.len());
-    for ((item, bucket), numbered) in items.iter().zip(&buckets).zip(rows) {
-        let outcome = if numbered.reserved.outcome == "setup" {
-            // A new period or a new account: the single path sets it up.
-            reserve(conn, item.org_id, item.id, &item.estimate, item.expires_at).await
-        } else {
-            reservation_outcome(numbered.reserved, *bucket)
-        };
-        outcomes.push((numbered.ord, outcome));
-    }
-    Ok(in_item_order(&order, outcomes))
 }
 
 /// Grows open reservation `id` by `credits` under the rules of [`reserve`]

@@ -13,8 +13,10 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::models::{Job, NewJob};
+use crate::billing::Refusal;
+use crate::models::{Event, Job, NewJob};
 use crate::prepared::PrepareOnce;
+use crate::queries::billing;
 use crate::schema::jobs;
 use unigen_core::domain::{JobStatus, Tool};
 
@@ -59,6 +61,117 @@ pub async fn insert_many(
     .prepared()
     .load(conn)
     .await?)
+}
+
+/// What became of one job of [`insert_many_reserving`].
+pub enum Reserving {
+    /// Reserved and inserted, committed together.
+    Inserted(Box<Job>),
+    /// Refused; nothing was reserved or inserted.
+    Refused(Refusal),
+    /// The organization's account must first be created or rolled over to
+    /// a new period: nothing was done; reserve it on the single path
+    /// ([`billing::reserve`]) and insert it with [`insert_many`].
+    NeedsSetup,
+}
+
+/// Reserves each job's estimate and inserts the jobs whose reservation was
+/// admitted, in one statement (one round trip, and one commit when called
+/// outside a transaction). Each item is decided exactly as on its own by
+/// [`billing::reserve`] (`unigen_reserve_many`: a refusal changes nothing
+/// for its item), but each organization's account row is locked and
+/// updated once. `reservations[i]` is `new[i]`'s (same id).
+/// Answers in the items' order.
+pub async fn insert_many_reserving(
+    conn: &mut AsyncPgConnection,
+    new: &[NewJob<'_>],
+    reservations: &[billing::ReserveItem],
+) -> Result<Vec<Result<Reserving, DbError>>, DbError> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        ord: i64,
+        #[diesel(embed)]
+        reserved: billing::Reserved,
+        #[diesel(embed)]
+        job: Option<Job>,
+    }
+    debug_assert!(
+        new.len() == reservations.len() && new.iter().zip(reservations).all(|(j, r)| j.id == r.id)
+    );
+    if new.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Accounts are locked in organization order, as every batch does.
+    let order = billing::organization_order(reservations, |r| r.org_id);
+    let jobs: Vec<&NewJob<'_>> = order.iter().map(|&i| &new[i]).collect();
+    let holds: Vec<&billing::ReserveItem> = order.iter().map(|&i| &reservations[i]).collect();
+    let buckets: Vec<Option<&str>> = holds
+        .iter()
+        .map(|r| r.estimate.bucket.map(|(bucket, _)| bucket.as_str()))
+        .collect();
+    let rows: Vec<Row> = diesel::sql_query(concat!(
+        "WITH r AS MATERIALIZED ( \
+           SELECT r.ord, r.outcome, r.remaining, r.hard_limit \
+             FROM unigen_reserve_many($1::uuid[], $2::uuid[], $3::int8[], $4::text[], $5::int8[], \
+                                      $6::timestamptz[]) AS r), \
+         inserted AS ( \
+           INSERT INTO jobs (id, org_id, api_key_id, tool, model, model_tier, input_params, \
+                             estimated_credits, cancel_after) \
+           SELECT j.id, j.org_id, j.api_key_id, j.tool, j.model, j.model_tier, j.input_params, \
+                  j.estimated_credits, j.cancel_after \
+             FROM unnest($2::uuid[], $1::uuid[], $7::uuid[], $8::text[], $9::text[], $10::text[], \
+                         $11::jsonb[], $12::int8[], $13::timestamptz[]) WITH ORDINALITY \
+                  AS j(id, org_id, api_key_id, tool, model, model_tier, input_params, \
+                       estimated_credits, cancel_after, ord) \
+             JOIN r ON r.ord = j.ord AND r.outcome = 'ok' \
+           RETURNING ",
+        job_columns!(),
+        ") \
+         SELECT r.ord, r.outcome, r.remaining, r.hard_limit, inserted.* \
+           FROM r LEFT JOIN inserted ON inserted.id = ($2::uuid[])[r.ord] \
+          ORDER BY r.ord"
+    ))
+    .bind::<Array<SqlUuid>, _>(holds.iter().map(|r| r.org_id).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(holds.iter().map(|r| r.id).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(holds.iter().map(|r| r.estimate.credits).collect::<Vec<_>>())
+    .bind::<Array<Nullable<Text>>, _>(&buckets)
+    .bind::<Array<BigInt>, _>(
+        holds
+            .iter()
+            .map(|r| r.estimate.bucket.map_or(0, |(_, milli)| milli))
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Nullable<Timestamptz>>, _>(holds.iter().map(|r| r.expires_at).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(jobs.iter().map(|j| j.api_key_id).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(jobs.iter().map(|j| j.tool).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(jobs.iter().map(|j| j.model).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(jobs.iter().map(|j| j.model_tier).collect::<Vec<_>>())
+    .bind::<Array<Jsonb>, _>(jobs.iter().map(|j| j.input_params).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(jobs.iter().map(|j| j.estimated_credits).collect::<Vec<_>>())
+    .bind::<Array<Nullable<Timestamptz>>, _>(
+        jobs.iter().map(|j| j.cancel_after).collect::<Vec<_>>(),
+    )
+    .prepared()
+    .load(conn)
+    .await?;
+    let answers = rows
+        .into_iter()
+        .zip(&buckets)
+        .map(|(row, bucket)| {
+            let answer = match (row.reserved.outcome.as_str(), row.job) {
+                ("setup", _) => Ok(Reserving::NeedsSetup),
+                (_, Some(job)) => Ok(Reserving::Inserted(Box::new(job))),
+                (_, None) => match billing::reservation_outcome(row.reserved, *bucket) {
+                    Ok(Err(refusal)) => Ok(Reserving::Refused(refusal)),
+                    Ok(Ok(())) => Err(DbError::Query(diesel::result::Error::NotFound)),
+                    Err(err) => Err(err),
+                },
+            };
+            (row.ord, answer)
+        })
+        .collect();
+    Ok(billing::in_item_order(&order, answers))
 }
 
 /// A job of this organization; another organization's job is `None`, exactly
@@ -221,30 +334,53 @@ pub async fn cancel_one_past_deadline(
 }
 
 /// Atomically takes the jobs among `ids` still pending for `worker_id`, with
-/// a lease measured on the database clock, in one statement and in no
-/// particular order; the others are taken, cancelled, finished, unknown or
-/// past their `Cancel-After` deadline (never started: the scheduler cancels
-/// them).
-pub async fn claim_many(
+/// a lease measured on the database clock, in no particular order; the
+/// others are taken, cancelled, finished, unknown or past their
+/// `Cancel-After` deadline (never started: the scheduler cancels them).
+///
+/// The same statement (one round trip, committed with the claim) records
+/// the `generation.started` event of every first attempt it takes (a retry
+/// is the same generation and announces nothing new), its payload
+/// (`jobId`, `tool`, `model`) built from the claimed row: `event_ids[i]` is
+/// the event id for `ids[i]`, `at` its time. `ids` must be distinct.
+pub async fn claim_many_announcing(
     conn: &mut AsyncPgConnection,
     ids: &[Uuid],
+    event_ids: &[Uuid],
+    at: DateTime<Utc>,
     worker_id: &str,
     lease: Duration,
 ) -> Result<Vec<Job>, DbError> {
+    debug_assert_eq!(ids.len(), event_ids.len());
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     Ok(diesel::sql_query(concat!(
-        "UPDATE jobs SET status = 'processing', attempt = attempt + 1, worker_id = $2, \
-             lease_expires_at = now() + make_interval(secs => $3), started_at = now(), progress = 0 \
-         WHERE id = ANY($1) AND status = 'pending' \
-           AND (cancel_after IS NULL OR cancel_after > now()) \
-         RETURNING ",
-        job_columns!()
+        "WITH claimed AS ( \
+           UPDATE jobs SET status = 'processing', attempt = attempt + 1, worker_id = $3, \
+                  lease_expires_at = now() + make_interval(secs => $4), started_at = now(), \
+                  progress = 0 \
+            WHERE id = ANY($1) AND status = 'pending' \
+              AND (cancel_after IS NULL OR cancel_after > now()) \
+           RETURNING ",
+        job_columns!(),
+        "), \
+         started AS MATERIALIZED ( \
+           SELECT unigen_record_event(e.event_id, c.org_id, $5, \
+                    jsonb_build_object('jobId', c.id, 'tool', c.tool, 'model', c.model), $6) \
+             FROM claimed c JOIN unnest($1::uuid[], $2::uuid[]) AS e(job_id, event_id) \
+               ON e.job_id = c.id \
+            WHERE c.attempt = 1) \
+         SELECT ",
+        job_columns!(),
+        " FROM claimed WHERE (SELECT count(*) FROM started) >= 0"
     ))
     .bind::<Array<SqlUuid>, _>(ids)
+    .bind::<Array<SqlUuid>, _>(event_ids)
     .bind::<Text, _>(worker_id)
     .bind::<BigInt, _>(lease.as_secs() as i64)
+    .bind::<Text, _>(crate::events::GENERATION_STARTED)
+    .bind::<Timestamptz, _>(at)
     .prepared()
     .load(conn)
     .await?)
@@ -313,21 +449,28 @@ pub async fn set_progress(
     Ok(updated == 1)
 }
 
-/// One finished job for [`complete_many`].
+/// One finished job for [`complete_many`], with the event that announces it.
 pub struct Completion<'a> {
     pub id: Uuid,
     pub attempt: i32,
     pub output: &'a serde_json::Value,
     pub actual_credits: i64,
+    pub event: &'a Event,
 }
 
-/// Writes the results of jobs whose attempts still own them, in one
-/// statement; the rows are locked in id order (as a cancel or another batch
-/// takes them). Answers the ids written; a job cancelled (or taken over)
-/// meanwhile stays as it is.
+/// Writes the results of jobs whose attempts still own them, with the
+/// event of each one written, in one statement (one round trip); the rows
+/// are locked in id order (as a cancel or another batch takes them).
+/// Answers the ids written; a job cancelled (or taken over) meanwhile stays
+/// as it is and announces nothing.
+///
+/// The written jobs and their events are announced on `channel` (see
+/// [`crate::notify`]) by the same statement, delivered when the
+/// transaction commits: waiters wake with no round trip after the commit.
 pub async fn complete_many(
     conn: &mut AsyncPgConnection,
     completions: &[Completion<'_>],
+    channel: &str,
 ) -> Result<Vec<Uuid>, DbError> {
     #[derive(QueryableByName)]
     struct Written {
@@ -338,28 +481,51 @@ pub async fn complete_many(
         return Ok(Vec::new());
     }
     let written: Vec<Written> = diesel::sql_query(
-        "WITH x AS (SELECT * FROM unnest($1::uuid[], $2::int4[], $3::jsonb[], $4::int8[]) \
-                      AS x(id, attempt, output, credits)), \
+        "WITH x AS (SELECT * FROM unnest($1::uuid[], $2::int4[], $3::jsonb[], $4::int8[], \
+                                         $5::uuid[], $6::text[], $7::jsonb[], $8::timestamptz[]) \
+                      AS x(id, attempt, output, credits, event_id, event_kind, event_data, event_at)), \
               owned AS (SELECT j.id FROM jobs j JOIN x ON x.id = j.id \
                          WHERE j.attempt = x.attempt AND j.status = 'processing' \
-                         ORDER BY j.id FOR UPDATE OF j) \
-         UPDATE jobs SET status = 'completed', progress = 100, output_data = x.output, \
-                actual_credits = x.credits, completed_at = now(), lease_expires_at = NULL \
-           FROM x JOIN owned ON owned.id = x.id \
-          WHERE jobs.id = x.id \
-         RETURNING jobs.id",
+                         ORDER BY j.id FOR UPDATE OF j), \
+              done AS (UPDATE jobs SET status = 'completed', progress = 100, output_data = x.output, \
+                              actual_credits = x.credits, completed_at = now(), lease_expires_at = NULL \
+                         FROM x JOIN owned ON owned.id = x.id \
+                        WHERE jobs.id = x.id \
+                       RETURNING jobs.id, jobs.org_id), \
+              announced AS MATERIALIZED ( \
+                SELECT unigen_record_event(x.event_id, done.org_id, x.event_kind, x.event_data, x.event_at) \
+                  FROM done JOIN x ON x.id = done.id ORDER BY done.id), \
+              notified AS MATERIALIZED ( \
+                SELECT pg_notify($9, string_agg(id::text, ',') || ',' || $10) FROM done \
+                HAVING count(*) > 0) \
+         SELECT id FROM done \
+          WHERE (SELECT count(*) FROM announced) >= 0 AND (SELECT count(*) FROM notified) >= 0",
     )
     .bind::<Array<SqlUuid>, _>(completions.iter().map(|c| c.id).collect::<Vec<_>>())
     .bind::<Array<Integer>, _>(completions.iter().map(|c| c.attempt).collect::<Vec<_>>())
-    .bind::<Array<diesel::sql_types::Jsonb>, _>(
-        completions.iter().map(|c| c.output).collect::<Vec<_>>(),
-    )
+    .bind::<Array<Jsonb>, _>(completions.iter().map(|c| c.output).collect::<Vec<_>>())
     .bind::<Array<BigInt>, _>(
         completions
             .iter()
             .map(|c| c.actual_credits)
             .collect::<Vec<_>>(),
     )
+    .bind::<Array<SqlUuid>, _>(completions.iter().map(|c| c.event.id).collect::<Vec<_>>())
+    .bind::<Array<Text>, _>(
+        completions
+            .iter()
+            .map(|c| c.event.kind.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Jsonb>, _>(completions.iter().map(|c| &c.event.data).collect::<Vec<_>>())
+    .bind::<Array<Timestamptz>, _>(
+        completions
+            .iter()
+            .map(|c| c.event.created_at)
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Text, _>(channel)
+    .bind::<Text, _>(crate::notify::EVENTS_RECORDED.to_string())
     .prepared()
     .load(conn)
     .await?;
