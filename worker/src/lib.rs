@@ -99,7 +99,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     unigen_providers::registry::check_catalogue(&settings)
         .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
     let Queues { tools, knowledge } = parse_tools(&settings.worker.tools)?;
-    let pool = db::build_pool(&settings.database).context("building the database pool")?;
+    // Its statements are few and plan well generically (see `Planning`).
+    let pool = db::build_pool_planning(&settings.database, db::Planning::Generic)
+        .context("building the database pool")?;
     let (notifier, notifier_task) = Notifier::spawn(
         pool.clone(),
         settings.notify.channel.clone(),

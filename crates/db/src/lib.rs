@@ -89,10 +89,44 @@ impl DbError {
 /// Builds the connection pool. Connections are opened lazily, so this
 /// succeeds while the database is down; requests then fail with 503.
 pub fn build_pool(settings: &DatabaseSettings) -> Result<PgPool, BuildError> {
+    build_pool_planning(settings, Planning::Default)
+}
+
+/// How a pool's connections plan their prepared statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planning {
+    /// PostgreSQL's own choice (`plan_cache_mode = auto`).
+    Default,
+    /// One generic plan per prepared statement (`force_generic_plan`).
+    /// PostgreSQL otherwise re-plans every call of a statement taking an
+    /// array (it guesses the generic plan dearer): 0.3 to 0.8 ms per call
+    /// of the worker's claim and completion. Only for a pool whose
+    /// statements are known to plan well generically: the setting also
+    /// reaches the statements inside plpgsql functions.
+    Generic,
+}
+
+/// [`build_pool`] with the given planning.
+pub fn build_pool_planning(
+    settings: &DatabaseSettings,
+    planning: Planning,
+) -> Result<PgPool, BuildError> {
     let mut config = ManagerConfig::default();
     // A broken connection is detected without a round trip; `Verified` would
     // add a `SELECT 1` to every checkout.
     config.recycling_method = RecyclingMethod::Fast;
+    if planning == Planning::Generic {
+        config.custom_setup = Box::new(|url| {
+            Box::pin(async move {
+                use diesel_async::SimpleAsyncConnection;
+                let mut conn = AsyncPgConnection::establish(url).await?;
+                conn.batch_execute("SET plan_cache_mode = force_generic_plan")
+                    .await
+                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(conn)
+            })
+        });
+    }
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(
         settings.url.clone(),
         config,

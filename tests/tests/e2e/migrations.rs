@@ -102,3 +102,39 @@ async fn keys_stored_with_every_earlier_scope_gain_the_keys_scope_and_others_do_
     assert!(scopes("all").await.contains(&"keys".to_owned()));
     assert_eq!(scopes("some").await, ["chat", "image"]);
 }
+
+/// The worker's pool plans its prepared statements once (`Planning::Generic`);
+/// every other pool leaves the choice to PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_planning_pool_sets_plan_cache_mode_on_every_connection() {
+    use diesel_async::RunQueryDsl;
+    use unigen_core::config::DatabaseSettings;
+    use unigen_db::Planning;
+
+    #[derive(diesel::QueryableByName)]
+    struct Mode {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        plan_cache_mode: String,
+    }
+    let db = TestDatabase::empty().await.unwrap();
+    let settings = DatabaseSettings {
+        url: db.url.clone(),
+        pool_size: 2,
+        connect_timeout_ms: 5_000,
+    };
+    for (planning, expected) in [
+        (Planning::Generic, "force_generic_plan"),
+        (Planning::Default, "auto"),
+    ] {
+        let pool = unigen_db::build_pool_planning(&settings, planning).unwrap();
+        // Both connections of the pool, held at once.
+        let (mut first, mut second) = (pool.get().await.unwrap(), pool.get().await.unwrap());
+        for conn in [&mut first, &mut second] {
+            let mode: Mode = diesel::sql_query("SHOW plan_cache_mode")
+                .get_result(&mut **conn)
+                .await
+                .unwrap();
+            assert_eq!(mode.plan_cache_mode, expected, "{planning:?}");
+        }
+    }
+}
