@@ -467,6 +467,8 @@ pub struct Completion<'a> {
 /// The written jobs and their events are announced on `channel` (see
 /// [`crate::notify`]) by the same statement, delivered when the
 /// transaction commits: waiters wake with no round trip after the commit.
+/// (PostgreSQL serializes the commits of notifying transactions; a worker
+/// writes one batch at a time, so that wait stays short.)
 pub async fn complete_many(
     conn: &mut AsyncPgConnection,
     completions: &[Completion<'_>],
