@@ -18,7 +18,10 @@ use unigen_db::{DbError, PgPool, queries};
 use uuid::Uuid;
 
 /// Largest batch: bounds the statement and how long its row locks are held.
-const MAX_BATCH: usize = 256;
+const MAX_BATCH: usize = 200;
+// A batch's claims are announced in one NOTIFY (ids and the events marker,
+// comma-separated), whose payload must stay below 8000 bytes.
+const _: () = assert!((MAX_BATCH + 1) * 37 < 8000);
 
 /// What became of one claim.
 #[derive(Debug)]
@@ -33,28 +36,34 @@ pub enum Claimed {
     Unknown,
 }
 
+/// Who claims, for how long, and where claims are announced.
+pub struct ClaimSettings {
+    pub worker_id: String,
+    pub lease: Duration,
+    /// The job notification channel.
+    pub channel: String,
+}
+
 /// This worker's claims; cheap to clone.
 #[derive(Clone)]
 pub struct Claimer {
     pool: PgPool,
-    worker_id: Arc<str>,
-    lease: Duration,
+    settings: Arc<ClaimSettings>,
     batches: Batched<Uuid, Claimed>,
 }
 
 impl Claimer {
     /// The batch task ends with the last clone.
-    pub fn spawn(pool: PgPool, worker_id: &str, lease: Duration) -> (Self, JoinHandle<()>) {
-        let worker_id: Arc<str> = worker_id.into();
-        let (batch_pool, batch_worker) = (pool.clone(), worker_id.clone());
+    pub fn spawn(pool: PgPool, settings: ClaimSettings) -> (Self, JoinHandle<()>) {
+        let settings = Arc::new(settings);
+        let (batch_pool, batch_settings) = (pool.clone(), settings.clone());
         let (batches, task) = Batched::spawn("job claims", MAX_BATCH, 2, move |ids: Vec<Uuid>| {
-            let (pool, worker_id) = (batch_pool.clone(), batch_worker.clone());
-            async move { claim(&pool, &ids, &worker_id, lease).await }
+            let (pool, settings) = (batch_pool.clone(), batch_settings.clone());
+            async move { claim(&pool, &ids, &settings).await }
         });
         let claimer = Self {
             pool,
-            worker_id,
-            lease,
+            settings,
             batches,
         };
         (claimer, task)
@@ -62,24 +71,24 @@ impl Claimer {
 
     /// Claims the job with the next batch (alone if that batch fails).
     /// `Claimed::Ours` also means the `generation.started` event of a first
-    /// attempt is committed.
+    /// attempt is committed, and the claim announced.
     pub async fn claim(&self, id: Uuid) -> Result<Claimed, DbError> {
         if let Some(claimed) = self.batches.call(id).await {
             return Ok(claimed);
         }
-        let mut answers = claim(&self.pool, &[id], &self.worker_id, self.lease).await?;
+        let mut answers = claim(&self.pool, &[id], &self.settings).await?;
         Ok(answers.pop().expect("one answer per id"))
     }
 }
 
 /// One statement: the pending jobs among `ids` claimed, with the started
 /// events of their first attempts (a retried attempt is the same
-/// generation and announces nothing new). Answers in the order of `ids`.
+/// generation and announces nothing new) and the notification of both.
+/// Answers in the order of `ids`.
 async fn claim(
     pool: &PgPool,
     ids: &[Uuid],
-    worker_id: &str,
-    lease: Duration,
+    settings: &ClaimSettings,
 ) -> Result<Vec<Claimed>, DbError> {
     let mut pooled = pool.get().await?;
     let conn: &mut AsyncPgConnection = &mut pooled;
@@ -95,8 +104,9 @@ async fn claim(
         &distinct,
         &event_ids,
         Utc::now(),
-        worker_id,
-        lease,
+        &settings.worker_id,
+        settings.lease,
+        &settings.channel,
     )
     .await?;
     let ours: HashSet<Uuid> = claimed.iter().map(|job| job.id).collect();

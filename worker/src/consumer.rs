@@ -139,16 +139,17 @@ pub(crate) async fn handle_job_delivery(
     };
     match context.claimer.claim(message.job_id).await {
         Ok(Claimed::Ours(job)) => {
-            if job.attempt == 1 {
-                context.notifier.events_recorded();
-            }
-            // `processing` now: wakes the job's event streams (coalesced, no commit).
-            context.notifier.job_changed(job.id);
+            // The claim announced itself (`processing` now) and its event.
             // Ownership now lives in PostgreSQL (the lease): ack at once, so a
-            // long job never trips the broker's consumer timeout into a rerun.
-            if let Err(err) = delivery.ack(BasicAckOptions::default()).await {
-                tracing::warn!(error = %err, "ack failed; a redelivery will find the job claimed");
-            }
+            // long job never trips the broker's consumer timeout into a rerun,
+            // but beside the run, not before it (the ack's hop to the broker
+            // connection's thread was on every job's path).
+            let acker = delivery.acker;
+            tokio::spawn(async move {
+                if let Err(err) = acker.ack(BasicAckOptions::default()).await {
+                    tracing::warn!(error = %err, "ack failed; a redelivery will find the job claimed");
+                }
+            });
             run_claimed(context, tool, *job, hard_stop).await;
         }
         Ok(Claimed::NotPending) => {

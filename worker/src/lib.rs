@@ -119,7 +119,14 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         worker_id(),
         Duration::from_secs(settings.jobs.lease_seconds.max(3)),
     );
-    let (claimer, _claimer_task) = claim::Claimer::spawn(pool.clone(), &worker_id, lease);
+    let (claimer, _claimer_task) = claim::Claimer::spawn(
+        pool.clone(),
+        claim::ClaimSettings {
+            worker_id: worker_id.clone(),
+            lease,
+            channel: settings.notify.channel.clone(),
+        },
+    );
     let context = Arc::new(WorkerContext {
         pool,
         store: build_store(&settings.storage).context("configuring storage")?,

@@ -343,6 +343,11 @@ pub async fn cancel_one_past_deadline(
 /// is the same generation and announces nothing new), its payload
 /// (`jobId`, `tool`, `model`) built from the claimed row: `event_ids[i]` is
 /// the event id for `ids[i]`, `at` its time. `ids` must be distinct.
+///
+/// The claimed jobs (now `processing`) and their events are announced on
+/// `channel` (see [`crate::notify`]) by the same statement, delivered when
+/// it commits: no statement of its own after it, and the worker's own
+/// ownership watch, subscribed after the claim, is seldom woken by it.
 pub async fn claim_many_announcing(
     conn: &mut AsyncPgConnection,
     ids: &[Uuid],
@@ -350,6 +355,7 @@ pub async fn claim_many_announcing(
     at: DateTime<Utc>,
     worker_id: &str,
     lease: Duration,
+    channel: &str,
 ) -> Result<Vec<Job>, DbError> {
     debug_assert_eq!(ids.len(), event_ids.len());
     if ids.is_empty() {
@@ -370,10 +376,15 @@ pub async fn claim_many_announcing(
                     jsonb_build_object('jobId', c.id, 'tool', c.tool, 'model', c.model), $6) \
              FROM claimed c JOIN unnest($1::uuid[], $2::uuid[]) AS e(job_id, event_id) \
                ON e.job_id = c.id \
-            WHERE c.attempt = 1) \
+            WHERE c.attempt = 1), \
+         notified AS MATERIALIZED ( \
+           SELECT pg_notify($7, string_agg(id::text, ',') \
+                    || CASE WHEN bool_or(attempt = 1) THEN ',' || $8 ELSE '' END) \
+             FROM claimed HAVING count(*) > 0) \
          SELECT ",
         job_columns!(),
-        " FROM claimed WHERE (SELECT count(*) FROM started) >= 0"
+        " FROM claimed \
+          WHERE (SELECT count(*) FROM started) >= 0 AND (SELECT count(*) FROM notified) >= 0"
     ))
     .bind::<Array<SqlUuid>, _>(ids)
     .bind::<Array<SqlUuid>, _>(event_ids)
@@ -381,6 +392,8 @@ pub async fn claim_many_announcing(
     .bind::<BigInt, _>(lease.as_secs() as i64)
     .bind::<Text, _>(crate::events::GENERATION_STARTED)
     .bind::<Timestamptz, _>(at)
+    .bind::<Text, _>(channel)
+    .bind::<Text, _>(crate::notify::EVENTS_RECORDED.to_string())
     .prepared()
     .load(conn)
     .await?)
