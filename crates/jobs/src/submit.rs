@@ -12,7 +12,6 @@ use unigen_core::config::ModelEntry;
 use unigen_core::domain::Tool;
 use unigen_db::billing::{Estimate, Refusal};
 use unigen_db::models::{Job, NewJob};
-use unigen_db::queries::billing::ReserveItem;
 use unigen_db::queries::jobs::Reserving;
 use unigen_db::{DbError, PgPool, queries};
 
@@ -70,7 +69,11 @@ impl Pending {
     }
 }
 
-type Persisted = Result<Job, Refusal>;
+/// A submission's own answer. A batch whose first statement failed changed
+/// nothing and is an `Err` of the whole batch (each is then tried alone);
+/// anything failing after it is the item's own error, since other items of
+/// the batch may be committed by then.
+type Persisted = Result<Job, SubmitError>;
 
 /// Persists jobs and hands them to the broker.
 #[derive(Clone)]
@@ -170,66 +173,86 @@ impl JobSubmitter {
 /// jobs are inserted with their holds. Every pending job holds its
 /// estimate, and the organizations' billing rows are locked once per batch,
 /// in organization order. An organization whose account must first be set
-/// up (its first job, a new period) takes the single path, in a
-/// transaction of its own. Answers in the items' order.
+/// up (its first job, a new period) has it set up, and its jobs go again.
+/// Answers in the items' order.
 async fn persist(pool: &PgPool, items: &[Arc<Pending>]) -> Result<Vec<Persisted>, DbError> {
     let mut pooled = pool.get().await?;
     let conn: &mut AsyncPgConnection = &mut pooled;
-    let reservation = |p: &Pending| ReserveItem {
-        org_id: p.org_id,
-        id: p.id,
-        estimate: p.estimate.clone(),
-        expires_at: None,
-    };
-    let new_jobs: Vec<NewJob<'_>> = items.iter().map(|p| p.new_job()).collect();
-    let reservations: Vec<ReserveItem> = items.iter().map(|p| reservation(p)).collect();
-    // One statement, committed on its own: every submission's round trips
-    // are on a sync request's path.
-    let outcomes = queries::jobs::insert_many_reserving(conn, &new_jobs, &reservations).await?;
-    let mut answers: Vec<Option<Persisted>> = Vec::with_capacity(items.len());
-    let mut setup = Vec::new();
-    for (i, outcome) in outcomes.into_iter().enumerate() {
-        answers.push(match outcome? {
-            Reserving::Inserted(job) => Some(Ok(*job)),
-            Reserving::Refused(refusal) => Some(Err(refusal)),
-            Reserving::NeedsSetup => {
-                setup.push(i);
-                None
+    let mut answers: Vec<Option<Persisted>> = (0..items.len()).map(|_| None).collect();
+    let mut waiting: Vec<usize> = (0..items.len()).collect();
+    // Twice at most: a set-up account admits on the second round.
+    for round in 0..2 {
+        let new_jobs: Vec<NewJob<'_>> = waiting.iter().map(|&i| items[i].new_job()).collect();
+        let quota: Vec<_> = waiting.iter().map(|&i| items[i].estimate.bucket).collect();
+        // One statement, committed on its own: every submission's round
+        // trips are on a sync request's path.
+        let outcomes = match queries::jobs::insert_many_reserving(conn, &new_jobs, &quota).await {
+            Ok(outcomes) => outcomes,
+            Err(err) if round == 0 => return Err(err),
+            Err(err) => {
+                fail_each(&mut answers, &waiting, &err);
+                break;
             }
-        });
-    }
-    if !setup.is_empty() {
-        // An organization's first job, or the first of a new period.
-        let set_up = conn
-            .transaction::<_, DbError, _>(async |conn| {
-                let mut answers = Vec::with_capacity(setup.len());
-                let mut admitted = Vec::new();
-                for &i in &setup {
-                    let p = &items[i];
-                    match queries::billing::reserve(conn, p.org_id, p.id, &p.estimate, None).await?
-                    {
-                        Ok(()) => admitted.push(p.new_job()),
-                        Err(refusal) => answers.push((p.id, Err(refusal))),
-                    }
+        };
+        let mut setup = Vec::new();
+        for (&i, outcome) in waiting.iter().zip(outcomes) {
+            answers[i] = match outcome {
+                Ok(Reserving::Inserted(job)) => Some(Ok(*job)),
+                Ok(Reserving::Refused(refusal)) => Some(Err(refusal.into())),
+                Ok(Reserving::NeedsSetup) => {
+                    setup.push(i);
+                    None
                 }
-                for job in queries::jobs::insert_many(conn, &admitted).await? {
-                    answers.push((job.id, Ok(job)));
-                }
-                Ok(answers)
-            })
-            .await?;
-        for (id, answer) in set_up {
-            let at = items
-                .iter()
-                .position(|p| p.id == id)
-                .ok_or_else(|| DbError::Query(diesel::result::Error::NotFound))?;
-            answers[at] = Some(answer);
+                Err(err) => Some(Err(err.into())),
+            };
         }
+        if setup.is_empty() {
+            break;
+        }
+        let mut orgs: Vec<Uuid> = setup.iter().map(|&i| items[i].org_id).collect();
+        orgs.sort_unstable();
+        orgs.dedup();
+        for org in orgs {
+            if let Err(err) = queries::billing::setup_account(conn, org).await {
+                let of_org: Vec<usize> = setup
+                    .iter()
+                    .copied()
+                    .filter(|&i| items[i].org_id == org)
+                    .collect();
+                fail_each(&mut answers, &of_org, &err);
+                setup.retain(|&i| items[i].org_id != org);
+            }
+        }
+        waiting = setup;
     }
     Ok(answers
         .into_iter()
-        .map(|answer| answer.expect("every submission answered"))
+        .map(|answer| {
+            // Still needing set-up after it was set up: never expected.
+            answer.unwrap_or_else(|| {
+                Err(SubmitError::Db(DbError::Query(
+                    diesel::result::Error::QueryBuilderError(
+                        "the organization's billing account could not be set up".into(),
+                    ),
+                )))
+            })
+        })
         .collect())
+}
+
+/// Answers each of `items` with `err`, keeping its class (an unreachable
+/// database stays a 503); logged once.
+fn fail_each(answers: &mut [Option<Persisted>], items: &[usize], err: &DbError) {
+    tracing::error!(error = %err, jobs = items.len(), "persisting submissions failed");
+    for &i in items {
+        let described = diesel::result::Error::QueryBuilderError(err.to_string().into());
+        answers[i] = Some(Err(SubmitError::Db(match err {
+            DbError::Unavailable(_) | DbError::ConnectionLost(_) => {
+                DbError::ConnectionLost(described)
+            }
+            DbError::Query(_) => DbError::Query(described),
+        })));
+    }
 }
 
 impl From<diesel::result::Error> for SubmitError {

@@ -350,14 +350,6 @@ pub(crate) fn reservation_outcome(
     })
 }
 
-/// One request's reservation, for [`crate::queries::jobs::insert_many_reserving`].
-pub struct ReserveItem {
-    pub org_id: Uuid,
-    pub id: Uuid,
-    pub estimate: Estimate,
-    pub expires_at: Option<DateTime<Utc>>,
-}
-
 /// The positions of `items` in organization order. Batches lock accounts in
 /// that one order, so two batches never wait on each other's locks.
 pub(crate) fn organization_order<T>(items: &[T], org: impl Fn(&T) -> Uuid) -> Vec<usize> {
@@ -970,7 +962,7 @@ async fn settle_shares_once(
 
 /// Creates the account or rolls its period over (the functions answer
 /// `setup` for both), in a transaction of its own unless one is open.
-async fn setup_account(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<(), DbError> {
+pub async fn setup_account(conn: &mut AsyncPgConnection, org_id: Uuid) -> Result<(), DbError> {
     use diesel_async::AsyncConnection;
     conn.transaction::<_, DbError, _>(async |conn| lock_account(conn, org_id).await.map(|_| ()))
         .await

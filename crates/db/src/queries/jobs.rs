@@ -13,7 +13,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use crate::DbError;
-use crate::billing::Refusal;
+use crate::billing::{Bucket, Refusal};
 use crate::models::{Event, Job, NewJob};
 use crate::prepared::PrepareOnce;
 use crate::queries::billing;
@@ -32,37 +32,6 @@ macro_rules! job_columns {
     };
 }
 
-/// Inserts a batch of jobs in one statement (one prepared statement,
-/// whatever the batch's size).
-pub async fn insert_many(
-    conn: &mut AsyncPgConnection,
-    new: &[NewJob<'_>],
-) -> Result<Vec<Job>, DbError> {
-    if new.is_empty() {
-        return Ok(Vec::new());
-    }
-    Ok(diesel::sql_query(concat!(
-        "INSERT INTO jobs (id, org_id, api_key_id, tool, model, model_tier, input_params, \
-                           estimated_credits, cancel_after) \
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], \
-                              $6::text[], $7::jsonb[], $8::int8[], $9::timestamptz[]) \
-         RETURNING ",
-        job_columns!()
-    ))
-    .bind::<Array<SqlUuid>, _>(new.iter().map(|j| j.id).collect::<Vec<_>>())
-    .bind::<Array<SqlUuid>, _>(new.iter().map(|j| j.org_id).collect::<Vec<_>>())
-    .bind::<Array<SqlUuid>, _>(new.iter().map(|j| j.api_key_id).collect::<Vec<_>>())
-    .bind::<Array<Text>, _>(new.iter().map(|j| j.tool).collect::<Vec<_>>())
-    .bind::<Array<Text>, _>(new.iter().map(|j| j.model).collect::<Vec<_>>())
-    .bind::<Array<Text>, _>(new.iter().map(|j| j.model_tier).collect::<Vec<_>>())
-    .bind::<Array<Jsonb>, _>(new.iter().map(|j| j.input_params).collect::<Vec<_>>())
-    .bind::<Array<BigInt>, _>(new.iter().map(|j| j.estimated_credits).collect::<Vec<_>>())
-    .bind::<Array<Nullable<Timestamptz>>, _>(new.iter().map(|j| j.cancel_after).collect::<Vec<_>>())
-    .prepared()
-    .load(conn)
-    .await?)
-}
-
 /// What became of one job of [`insert_many_reserving`].
 pub enum Reserving {
     /// Reserved and inserted, committed together.
@@ -70,22 +39,21 @@ pub enum Reserving {
     /// Refused; nothing was reserved or inserted.
     Refused(Refusal),
     /// The organization's account must first be created or rolled over to
-    /// a new period: nothing was done; reserve it on the single path
-    /// ([`billing::reserve`]) and insert it with [`insert_many`].
+    /// a new period ([`billing::setup_account`]): nothing was done.
     NeedsSetup,
 }
 
-/// Reserves each job's estimate and inserts the jobs whose reservation was
+/// Reserves each job's estimate (its `estimated_credits`, and `quota[i]`
+/// of a bucket for `new[i]`) and inserts the jobs whose reservation was
 /// admitted, in one statement (one round trip, and one commit when called
 /// outside a transaction). Each item is decided exactly as on its own by
 /// [`billing::reserve`] (`unigen_reserve_many`: a refusal changes nothing
 /// for its item), but each organization's account row is locked and
-/// updated once. `reservations[i]` is `new[i]`'s (same id).
-/// Answers in the items' order.
+/// updated once. Answers in the items' order.
 pub async fn insert_many_reserving(
     conn: &mut AsyncPgConnection,
     new: &[NewJob<'_>],
-    reservations: &[billing::ReserveItem],
+    quota: &[Option<(Bucket, i64)>],
 ) -> Result<Vec<Result<Reserving, DbError>>, DbError> {
     #[derive(QueryableByName)]
     struct Row {
@@ -96,19 +64,16 @@ pub async fn insert_many_reserving(
         #[diesel(embed)]
         job: Option<Job>,
     }
-    debug_assert!(
-        new.len() == reservations.len() && new.iter().zip(reservations).all(|(j, r)| j.id == r.id)
-    );
+    debug_assert_eq!(new.len(), quota.len());
     if new.is_empty() {
         return Ok(Vec::new());
     }
     // Accounts are locked in organization order, as every batch does.
-    let order = billing::organization_order(reservations, |r| r.org_id);
+    let order = billing::organization_order(new, |j| j.org_id);
     let jobs: Vec<&NewJob<'_>> = order.iter().map(|&i| &new[i]).collect();
-    let holds: Vec<&billing::ReserveItem> = order.iter().map(|&i| &reservations[i]).collect();
-    let buckets: Vec<Option<&str>> = holds
+    let buckets: Vec<Option<&str>> = order
         .iter()
-        .map(|r| r.estimate.bucket.map(|(bucket, _)| bucket.as_str()))
+        .map(|&i| quota[i].map(|(bucket, _)| bucket.as_str()))
         .collect();
     let rows: Vec<Row> = diesel::sql_query(concat!(
         "WITH r AS MATERIALIZED ( \
@@ -132,17 +97,18 @@ pub async fn insert_many_reserving(
            FROM r LEFT JOIN inserted ON inserted.id = ($2::uuid[])[r.ord] \
           ORDER BY r.ord"
     ))
-    .bind::<Array<SqlUuid>, _>(holds.iter().map(|r| r.org_id).collect::<Vec<_>>())
-    .bind::<Array<SqlUuid>, _>(holds.iter().map(|r| r.id).collect::<Vec<_>>())
-    .bind::<Array<BigInt>, _>(holds.iter().map(|r| r.estimate.credits).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(jobs.iter().map(|j| j.org_id).collect::<Vec<_>>())
+    .bind::<Array<SqlUuid>, _>(jobs.iter().map(|j| j.id).collect::<Vec<_>>())
+    .bind::<Array<BigInt>, _>(jobs.iter().map(|j| j.estimated_credits).collect::<Vec<_>>())
     .bind::<Array<Nullable<Text>>, _>(&buckets)
     .bind::<Array<BigInt>, _>(
-        holds
+        order
             .iter()
-            .map(|r| r.estimate.bucket.map_or(0, |(_, milli)| milli))
+            .map(|&i| quota[i].map_or(0, |(_, milli)| milli))
             .collect::<Vec<_>>(),
     )
-    .bind::<Array<Nullable<Timestamptz>>, _>(holds.iter().map(|r| r.expires_at).collect::<Vec<_>>())
+    // A job's hold never expires on its own: it ends with the job.
+    .bind::<Array<Nullable<Timestamptz>>, _>(vec![None::<DateTime<Utc>>; jobs.len()])
     .bind::<Array<SqlUuid>, _>(jobs.iter().map(|j| j.api_key_id).collect::<Vec<_>>())
     .bind::<Array<Text>, _>(jobs.iter().map(|j| j.tool).collect::<Vec<_>>())
     .bind::<Array<Text>, _>(jobs.iter().map(|j| j.model).collect::<Vec<_>>())
