@@ -53,7 +53,7 @@ impl Relay {
                         }
                     }
                 }
-                queries::jobs::mark_enqueued(conn, &confirmed).await?;
+                queries::jobs::mark_republished(conn, &confirmed).await?;
                 if let Some(err) = failure {
                     if confirmed.is_empty() {
                         return Err(anyhow::anyhow!(err).context("relay publish failed"));

@@ -237,3 +237,43 @@ async fn a_stopping_worker_hands_back_unfinished_jobs_and_another_worker_complet
         "a graceful hand-back does not count as an attempt"
     );
 }
+
+/// A worker that stops right after its claim hands the job back (pending,
+/// unpublished) while the submitter's publish confirm may still be on its
+/// way: that late confirm must not mark the job published, or no message
+/// would ever bring it to a worker again. The relay's own publish marks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_publish_confirm_leaves_a_handed_back_job_to_the_relay() {
+    use unigen_core::config::DatabaseSettings;
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let id: uuid::Uuid = app
+        .submit_image_async(&json!({"prompt": "confirmed late"}))
+        .await
+        .parse()
+        .unwrap();
+    // As `queries::jobs::release` leaves it: pending again after it started.
+    app.db
+        .client()
+        .await
+        .execute(
+            "UPDATE jobs SET started_at = now(), enqueued_at = NULL WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    let pool = unigen_db::build_pool(&DatabaseSettings {
+        url: app.db.url.clone(),
+        pool_size: 1,
+        connect_timeout_ms: 5_000,
+    })
+    .unwrap();
+    let mut conn = pool.get().await.unwrap();
+    let confirmed = unigen_db::queries::jobs::mark_enqueued(&mut conn, &[id])
+        .await
+        .unwrap();
+    assert_eq!(confirmed, 0, "the late confirm marks nothing");
+    let republished = unigen_db::queries::jobs::mark_republished(&mut conn, &[id])
+        .await
+        .unwrap();
+    assert_eq!(republished, 1, "the relay's publish marks it");
+}

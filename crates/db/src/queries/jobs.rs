@@ -591,8 +591,34 @@ pub async fn release(
     Ok(updated == 1)
 }
 
-/// Records that the broker confirmed these jobs' messages.
+/// Records that the broker confirmed these jobs' first messages (the
+/// submitter's confirms arrive after the commit, in batches). A job handed
+/// back meanwhile ([`release`]: pending again after it started) is left
+/// unmarked: its message was consumed by the worker that released it, so
+/// only the relay's publish ([`mark_republished`]) may mark it, or it would
+/// stay pending with no message.
 pub async fn mark_enqueued(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    Ok(diesel::update(jobs::table)
+        .filter(jobs::id.eq_any(ids))
+        .filter(jobs::enqueued_at.is_null())
+        .filter(
+            jobs::status
+                .ne(JobStatus::Pending.as_str())
+                .or(jobs::started_at.is_null()),
+        )
+        .set(jobs::enqueued_at.eq(diesel::dsl::now))
+        // diesel does not cache this one (its `ANY` over a list); the text is constant.
+        .prepared()
+        .execute(conn)
+        .await?)
+}
+
+/// Records that the relay published these jobs again, in the transaction
+/// that locked them ([`lock_unpublished`]).
+pub async fn mark_republished(
+    conn: &mut AsyncPgConnection,
+    ids: &[Uuid],
+) -> Result<usize, DbError> {
     Ok(diesel::update(jobs::table)
         .filter(jobs::id.eq_any(ids))
         .filter(jobs::enqueued_at.is_null())
