@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,7 +52,8 @@ pub struct Args {
     /// Concurrent submissions while creating the jobs.
     #[arg(long, default_value_t = 64)]
     submitters: usize,
-    /// The API process id: its VmRSS is read from /proc while the polls are parked.
+    /// The API process id: its VmRSS is read from /proc every 100 ms while
+    /// the polls are parked (until the first answer); the peak is reported.
     #[arg(long)]
     api_pid: Option<u32>,
     /// Count PostgreSQL connections to this database (psql -h 127.0.0.1 -U
@@ -195,13 +197,17 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
     // One connection per waiter: a parked poll holds its connection.
     let poller = jobs::client(ids.len().max(1), Duration::from_secs(120))?;
     let api = Arc::new(api);
+    let answered = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::with_capacity(ids.len());
     for id in ids {
         let (api, poller, max_polls) = (Arc::clone(&api), poller.clone(), args.max_polls);
+        let answered = Arc::clone(&answered);
         tasks.push(tokio::spawn(async move {
             let mut sent = Utc::now();
             for _ in 0..max_polls {
-                let job = api.poll_once(&poller, &id).await?;
+                let job = api.poll_once(&poller, &id).await;
+                answered.store(true, Ordering::Relaxed);
+                let job = job?;
                 let arrived = Utc::now();
                 if is_terminal(&job) {
                     let completed = timestamp(&job, "completedAt");
@@ -217,9 +223,17 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
             bail!("job {id} not finished after {max_polls} long polls")
         }));
     }
-    // Let the polls park, then sample the API while they wait.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let rss_parked = args.api_pid.and_then(rss_mib);
+    // Sample the API while the polls park and wait, until the first answer
+    // arrives: its memory peaks once every poll is parked, which takes
+    // seconds on a slow machine, so one early sample would miss it.
+    let mut rss_parked = None;
+    let sampling_ends = tokio::time::Instant::now() + Duration::from_secs(120);
+    while !answered.load(Ordering::Relaxed) && tokio::time::Instant::now() < sampling_ends {
+        if let Some(now) = args.api_pid.and_then(rss_mib) {
+            rss_parked = Some(rss_parked.map_or(now, |peak: f64| peak.max(now)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let pg_parked = args.pg_count.as_deref().and_then(pg_connections);
 
     let mut wake = histogram();
@@ -295,7 +309,7 @@ pub fn table(r: &Results) -> String {
         ("notify->answer p99 ms", opt3(r.notified_p99_ms)),
         ("notify->answer max ms", opt3(r.notified_max_ms)),
         ("api RSS before MiB", opt(r.api_rss_before_mib)),
-        ("api RSS parked MiB", opt(r.api_rss_parked_mib)),
+        ("api RSS parked MiB (peak)", opt(r.api_rss_parked_mib)),
         ("pg conns before", opt_n(r.pg_connections_before)),
         ("pg conns parked", opt_n(r.pg_connections_parked)),
     ];
