@@ -147,12 +147,26 @@ pub fn applies_to(path: &str) -> bool {
 
 /// The middleware: every `POST` of `/api/v1` with an `Idempotency-Key`.
 pub async fn idempotency(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    if req.method() != Method::POST
+        || !applies_to(req.path())
+        || !req.headers().contains_key(HEADER)
+    {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    }
+    // Boxed: the keyed path's state (claim, replay, record) is kilobytes,
+    // which every request passing through (10,000 parked long polls) would
+    // otherwise reserve for as long as it runs.
+    Box::pin(keyed(req, next)).await
+}
+
+/// A POST that carries the header.
+async fn keyed(
     mut req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    if req.method() != Method::POST || !applies_to(req.path()) {
-        return Ok(next.call(req).await?.map_into_boxed_body());
-    }
     let mut values = req.headers().get_all(HEADER);
     let Some(value) = values.next() else {
         return Ok(next.call(req).await?.map_into_boxed_body());

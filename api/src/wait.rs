@@ -56,9 +56,11 @@ where
     let mut woken = false;
     let mut running = false;
     loop {
-        let read = state.job_reads.read(org_id, id);
+        // Boxed: a read's future is large, and thousands of parked waiters
+        // would each reserve its size while they sleep between reads.
+        let read = Box::pin(state.job_reads.read(org_id, id));
         let (read, beside) = if woken && running {
-            let (read, beside) = tokio::join!(read, alongside());
+            let (read, beside) = tokio::join!(read, Box::pin(alongside()));
             (read, Some(beside))
         } else {
             (read.await, None)
