@@ -69,7 +69,7 @@ impl KnowledgeFiles {
                         }
                     }
                 }
-                queries::knowledge::mark_enqueued(conn, &confirmed).await?;
+                queries::knowledge::mark_republished(conn, &confirmed).await?;
                 if let Some(err) = failure {
                     if confirmed.is_empty() {
                         return Err(

@@ -680,3 +680,49 @@ async fn a_transient_embedding_failure_is_retried_until_the_attempts_run_out() {
         .await;
     assert_eq!(attempts, i64::from(max), "claimed once per attempt");
 }
+
+/// A worker that stops right after its claim hands the file back (pending,
+/// unpublished) while the upload's publish confirm may still be on its way:
+/// that late confirm must not mark the file published, or no message would
+/// ever bring it to a worker again. The relay's own publish marks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_publish_confirm_leaves_a_handed_back_file_to_the_relay() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let agent = create_agent(&app, &app.key, "Handed back").await;
+    let fresh: Uuid = upload_ok(&app, &agent, "fresh.txt", b"Still untouched.".to_vec())
+        .await
+        .parse()
+        .unwrap();
+    let released: Uuid = upload_ok(&app, &agent, "released.txt", b"Handed back.".to_vec())
+        .await
+        .parse()
+        .unwrap();
+    // Both as if their confirms had not arrived yet; the second as
+    // `queries::knowledge::release` leaves a file: pending, attempt put back,
+    // its row touched since the upload.
+    app.sql(&format!(
+        "UPDATE knowledge_files SET enqueued_at = NULL WHERE id = '{fresh}'; \
+         UPDATE knowledge_files SET enqueued_at = NULL, updated_at = now() \
+             WHERE id = '{released}'"
+    ))
+    .await;
+    let mut conn = app.db.connect().await;
+    let confirmed = unigen_db::queries::knowledge::mark_enqueued(&mut conn, &[fresh, released])
+        .await
+        .unwrap();
+    assert_eq!(
+        confirmed, 1,
+        "the late confirms mark the untouched file only"
+    );
+    let unpublished = app
+        .db
+        .scalar_i64(&format!(
+            "SELECT count(*) FROM knowledge_files WHERE id = '{released}' AND enqueued_at IS NULL"
+        ))
+        .await;
+    assert_eq!(unpublished, 1, "the handed-back file is left to the relay");
+    let republished = unigen_db::queries::knowledge::mark_republished(&mut conn, &[released])
+        .await
+        .unwrap();
+    assert_eq!(republished, 1, "the relay's publish marks it");
+}

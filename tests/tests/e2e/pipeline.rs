@@ -244,7 +244,6 @@ async fn a_stopping_worker_hands_back_unfinished_jobs_and_another_worker_complet
 /// would ever bring it to a worker again. The relay's own publish marks it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_publish_confirm_leaves_a_handed_back_job_to_the_relay() {
-    use unigen_core::config::DatabaseSettings;
     let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
     let id: uuid::Uuid = app
         .submit_image_async(&json!({"prompt": "confirmed late"}))
@@ -261,13 +260,7 @@ async fn a_late_publish_confirm_leaves_a_handed_back_job_to_the_relay() {
         )
         .await
         .unwrap();
-    let pool = unigen_db::build_pool(&DatabaseSettings {
-        url: app.db.url.clone(),
-        pool_size: 1,
-        connect_timeout_ms: 5_000,
-    })
-    .unwrap();
-    let mut conn = pool.get().await.unwrap();
+    let mut conn = app.db.connect().await;
     let confirmed = unigen_db::queries::jobs::mark_enqueued(&mut conn, &[id])
         .await
         .unwrap();

@@ -147,8 +147,35 @@ pub async fn delete(
     .optional()?)
 }
 
-/// Records that the broker confirmed these files' messages.
+/// Records that the broker confirmed the upload's message of these files. A
+/// file handed back meanwhile ([`release`]: pending again, its row touched
+/// since the upload) is left unmarked: the worker that released it consumed
+/// that message, so only the relay's publish ([`mark_republished`]) may mark
+/// it, or it would stay pending with no message. (A release puts the
+/// attempt back, so the row's `updated_at` is what tells.)
 pub async fn mark_enqueued(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize, DbError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(diesel::update(knowledge_files::table)
+        .filter(knowledge_files::id.eq_any(ids))
+        .filter(knowledge_files::enqueued_at.is_null())
+        .filter(
+            knowledge_files::status
+                .ne("pending")
+                .or(knowledge_files::updated_at.eq(knowledge_files::created_at)),
+        )
+        .set(knowledge_files::enqueued_at.eq(diesel::dsl::now))
+        .execute(conn)
+        .await?)
+}
+
+/// Records that the relay published these files again, in the transaction
+/// that locked them ([`lock_unpublished`]).
+pub async fn mark_republished(
+    conn: &mut AsyncPgConnection,
+    ids: &[Uuid],
+) -> Result<usize, DbError> {
     if ids.is_empty() {
         return Ok(0);
     }
