@@ -150,23 +150,9 @@ pub async fn idempotency(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    if req.method() != Method::POST
-        || !applies_to(req.path())
-        || !req.headers().contains_key(HEADER)
-    {
+    if req.method() != Method::POST || !applies_to(req.path()) {
         return Ok(next.call(req).await?.map_into_boxed_body());
     }
-    // Boxed: the keyed path's state (claim, replay, record) is kilobytes,
-    // which every request passing through (10,000 parked long polls) would
-    // otherwise reserve for as long as it runs.
-    Box::pin(keyed(req, next)).await
-}
-
-/// A POST that carries the header.
-async fn keyed(
-    mut req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let mut values = req.headers().get_all(HEADER);
     let Some(value) = values.next() else {
         return Ok(next.call(req).await?.map_into_boxed_body());
@@ -181,6 +167,18 @@ async fn keyed(
         Ok(key) => key,
         Err(err) => return Ok(req.error_response(err)),
     };
+    // Boxed: the keyed path's state (claim, replay, record) is kilobytes,
+    // which every request passing through (10,000 parked long polls) would
+    // otherwise reserve for as long as it runs.
+    Box::pin(keyed(req, next, key)).await
+}
+
+/// A POST that carries a well-formed key.
+async fn keyed(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+    key: String,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // Authenticated once: the handler's extractor reuses this caller. A
     // refused key goes on to the handler, which answers in its own format
     // (the legacy routes' envelope).
