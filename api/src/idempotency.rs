@@ -23,6 +23,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::effects::{Effects, EffectsInner};
 use crate::error::ApiError;
+use crate::known_paths::KnownPaths;
 use crate::state::AppState;
 
 pub const HEADER: &str = "Idempotency-Key";
@@ -33,10 +34,6 @@ pub const MAX_KEY_CHARS: usize = 255;
 /// Larger responses (many base64 images) are not kept byte for byte: a
 /// generation's retry then gets its job (202), anything else runs again.
 const MAX_STORED_BODY: u64 = 16 * 1024 * 1024;
-
-/// The largest body read to fingerprint: above every route's own limit (a
-/// 50 MB knowledge file with its multipart framing).
-const MAX_HASHED_BODY: usize = 64 * 1024 * 1024;
 
 /// The key's value: bare (`abc-123`) or an RFC 8941 string (`"abc-123"`).
 pub fn parse_key(value: &HeaderValue) -> Result<String, ApiError> {
@@ -118,12 +115,10 @@ pub fn fingerprint(
                 .map(|b| b.as_str().to_owned())
         });
     if essence == "application/json"
-        && let Ok(value) = serde_json::from_slice::<serde_json::Value>(body)
+        && let Some(digest) = canonical_json_digest(body)
     {
-        // serde_json's maps are sorted (no `preserve_order` in the
-        // workspace; the unit test below fails if one turns it on): this is
-        // the body with its keys in order and no spacing.
-        hash.update(serde_json::to_vec(&value).unwrap_or_default());
+        hash.update(b"\0json\0");
+        hash.update(digest);
     } else if let Some(boundary) = boundary.filter(|b| !b.is_empty()) {
         let mut rest = body;
         let finder = memchr::memmem::Finder::new(boundary.as_bytes());
@@ -137,6 +132,111 @@ pub fn fingerprint(
         hash.update(body);
     }
     hash.finalize().into()
+}
+
+/// A digest of a JSON text by content: key order and spacing aside. It
+/// streams through the text into one hash, so its memory is one hash state
+/// per nesting level (at most serde_json's 128), whatever the body's size:
+/// building a `serde_json::Value` cost about 20 bytes of heap per byte of
+/// `[0,0,...]`. Scalars and arrays are written into the hash in order, each
+/// tagged; an object's members are hashed one by one and summed, an
+/// order-free combination. `None` if the text is not JSON.
+fn canonical_json_digest(body: &[u8]) -> Option<[u8; 32]> {
+    use serde::de::DeserializeSeed;
+    let mut hash = Sha256::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    CanonicalJson(&mut hash).deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(hash.finalize().into())
+}
+
+/// Writes one JSON value's canonical form into its hash.
+struct CanonicalJson<'a>(&'a mut Sha256);
+
+impl<'de> serde::de::DeserializeSeed<'de> for CanonicalJson<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for CanonicalJson<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.update(b"z");
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<(), E> {
+        self.0.update(if value { b"t" } else { b"f" });
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<(), E> {
+        self.0.update(b"i");
+        self.0.update(i128::from(value).to_le_bytes());
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<(), E> {
+        self.0.update(b"i");
+        self.0.update(i128::from(value).to_le_bytes());
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<(), E> {
+        self.0.update(b"d");
+        self.0.update(value.to_bits().to_le_bytes());
+        Ok(())
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<(), E> {
+        self.0.update(b"s");
+        self.0.update((value.len() as u64).to_le_bytes());
+        self.0.update(value.as_bytes());
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.update(b"[");
+        while seq
+            .next_element_seed(CanonicalJson(&mut *self.0))?
+            .is_some()
+        {}
+        self.0.update(b"]");
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        // Lane-wise wrapping sums of the members' own digests: the same
+        // members in any order give the same sum.
+        let mut sum = [0u64; 4];
+        let mut count = 0u64;
+        let mut member = Sha256::new();
+        while map.next_key_seed(CanonicalJson(&mut member))?.is_some() {
+            map.next_value_seed(CanonicalJson(&mut member))?;
+            let digest: [u8; 32] = std::mem::take(&mut member).finalize().into();
+            for (lane, bytes) in sum.iter_mut().zip(digest.chunks_exact(8)) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(bytes);
+                *lane = lane.wrapping_add(u64::from_le_bytes(word));
+            }
+            count += 1;
+        }
+        self.0.update(b"{");
+        self.0.update(count.to_le_bytes());
+        for lane in sum {
+            self.0.update(lane.to_le_bytes());
+        }
+        self.0.update(b"}");
+        Ok(())
+    }
 }
 
 /// Every `POST` of `/api/v1` but the legacy interface, whose errors are
@@ -179,15 +279,27 @@ async fn keyed(
     next: Next<impl MessageBody + 'static>,
     key: String,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    // A path no route takes (a 404 or 405) is answered without a byte of
+    // its body read.
+    let Some((scopes, limit)) = route_of(&req) else {
+        return Ok(next.call(req).await?.map_into_boxed_body());
+    };
     // Authenticated once: the handler's extractor reuses this caller. A
     // refused key goes on to the handler, which answers in its own format
     // (the legacy routes' envelope).
     let Ok(mut caller) = req.extract::<Caller>().await else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
+    // The route's own checks that come before its body: its scope, then its
+    // size limit, both before anything is read.
+    if !scopes.is_empty()
+        && let Err(err) = caller.require_any(&scopes)
+    {
+        return Ok(req.error_response(err));
+    }
     caller.effects = Effects::recording();
     req.extensions_mut().insert(caller.clone());
-    let body = match read_body(&mut req).await {
+    let body = match read_body(&mut req, limit).await {
         Ok(body) => body,
         Err(err) => return Ok(req.error_response(err)),
     };
@@ -233,18 +345,41 @@ async fn keyed(
     pending.settle(response).await
 }
 
-/// The whole body, to fingerprint and hand on. Routes check their own
-/// limits afterwards (a knowledge upload may exceed `http.max_body_bytes`);
-/// this bound only keeps the buffer finite.
-async fn read_body(req: &mut ServiceRequest) -> Result<Bytes, ApiError> {
+/// The scopes a keyed `POST` needs (any one of them) and the most its route
+/// reads of a body, or `None` when no route takes it.
+fn route_of(req: &ServiceRequest) -> Option<(Vec<unigen_core::domain::Scope>, usize)> {
+    let known = req.app_data::<web::Data<KnownPaths>>()?;
+    let state = req.app_data::<web::Data<AppState>>()?;
+    let route = known.post(req.path())?;
+    let limit = if route.template == crate::routes::KNOWLEDGE_UPLOAD_TEMPLATE {
+        // The largest any plan allows; the route checks the plan's own.
+        crate::routes::KNOWLEDGE_BODY_CEILING
+    } else {
+        state.limits.max_body
+    };
+    Some((route.scopes.to_vec(), limit))
+}
+
+/// The whole body, to fingerprint and hand on, at most `limit` bytes (the
+/// route's own limit): a declared length over it is refused unread, and the
+/// buffer is sized once from it.
+async fn read_body(req: &mut ServiceRequest, limit: usize) -> Result<Bytes, ApiError> {
     use futures_util::StreamExt;
+    let declared = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(ApiError::PayloadTooLarge(limit));
+    }
     let mut payload = req.take_payload();
-    let mut body = web::BytesMut::new();
+    let mut body = web::BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
     while let Some(chunk) = payload.next().await {
         let chunk = chunk
             .map_err(|err| ApiError::BadRequest(format!("the body could not be read: {err}")))?;
-        if body.len() + chunk.len() > MAX_HASHED_BODY {
-            return Err(ApiError::PayloadTooLarge(MAX_HASHED_BODY));
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::PayloadTooLarge(limit));
         }
         body.extend_from_slice(&chunk);
     }
@@ -490,6 +625,18 @@ mod tests {
         let c = fingerprint(id, &Method::POST, "/x", "", json, br#"{"a":2,"b":[1,2]}"#);
         assert_eq!(a, b);
         assert_ne!(a, c);
+        let nested = |body: &str| fingerprint(id, &Method::POST, "/x", "", json, body.as_bytes());
+        assert_eq!(
+            nested(r#"{"o":{"x":[1,{"p":true,"q":null}],"y":"s"}}"#),
+            nested(r#"{ "o": { "y": "s", "x": [1, {"q": null, "p": true}] } }"#)
+        );
+        assert_ne!(nested(r#"{"x":[1,2]}"#), nested(r#"{"x":[2,1]}"#));
+        assert_ne!(nested(r#"{"n":1}"#), nested(r#"{"n":1.0}"#));
+        assert_ne!(nested(r#"{"n":"1"}"#), nested(r#"{"n":1}"#));
+        assert_ne!(nested(r#"{"a":{"b":1}}"#), nested(r#"{"a":{},"b":1}"#));
+        assert_ne!(nested(r#"{"a":1}"#), nested(r#"{"a":1,"a":1}"#));
+        // Not JSON: hashed as bytes.
+        assert_ne!(nested("{"), nested("{ "));
         assert_ne!(
             a,
             fingerprint(id, &Method::POST, "/y", "", json, br#"{"a":1,"b":[1,2]}"#)

@@ -208,6 +208,7 @@ pub async fn spawn(
                 response_headers::response_headers,
             ))
             .app_data(data.clone())
+            .app_data(web::Data::from(known_paths.clone()))
             .app_data(web::PayloadConfig::new(max_body))
             .app_data(web::QueryConfig::default().error_handler(|err, _| {
                 ApiError::BadRequest(format!("invalid query string: {err}")).into()

@@ -29,6 +29,10 @@ const FILE: &str = "knowledge file";
 const FIELD: &str = "file";
 /// Room for the multipart framing and small extra fields around the file.
 const MULTIPART_OVERHEAD: usize = 1024 * 1024;
+/// The upload's route, as the OpenAPI document names it.
+pub const KNOWLEDGE_UPLOAD_TEMPLATE: &str = "/api/v1/agents/{id}/knowledge";
+/// The most an upload's body may be under any plan.
+pub const KNOWLEDGE_BODY_CEILING: usize = MAX_FILE_BYTES + MULTIPART_OVERHEAD;
 
 /// A knowledge file and its processing state.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -31,6 +31,7 @@ mod webhooks;
 use utoipa_actix_web::service_config::ServiceConfig;
 
 pub use agent_runs::replay as replay_agent_run;
+pub use knowledge::{KNOWLEDGE_BODY_CEILING, KNOWLEDGE_UPLOAD_TEMPLATE};
 
 /// Every `/api/v1` route; each is collected into the OpenAPI document.
 pub fn configure_v1(cfg: &mut ServiceConfig) {

@@ -46,13 +46,13 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
                 .to_string()
                 .starts_with("invalid type: floating point") =>
         {
-            match serde_json::from_slice::<serde_json::Value>(body) {
-                Ok(mut value) => {
-                    integral_floats_to_integers(&mut value);
+            match integral_floats_as_integers(body) {
+                Some(rewritten) => {
                     ignored.clear();
-                    deserialize_noting_ignored(value, &mut ignored)
+                    let mut de = serde_json::Deserializer::from_slice(&rewritten);
+                    deserialize_noting_ignored(&mut de, &mut ignored)
                 }
-                Err(_) => Err(err),
+                None => Err(err),
             }
         }
         parsed => parsed,
@@ -62,9 +62,7 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     // Fields the endpoint does not read are skipped: nothing keeps them.
     if parsed.is_ok()
         && body.windows(6).any(|w| w.eq_ignore_ascii_case(b"\\u0000"))
-        && let Some(path) = serde_json::from_slice::<serde_json::Value>(body)
-            .ok()
-            .and_then(|value| nul_path(&value, &mut Vec::new(), &ignored))
+        && let Some(path) = nul_path(body, &ignored)
     {
         let param = if path.is_empty() {
             ".".to_owned()
@@ -92,27 +90,60 @@ pub fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// Numbers written as floats with no fractional part (`2.0`, `1e3`) become
-/// integers when exactly representable; others are left as they are.
-fn integral_floats_to_integers(value: &mut serde_json::Value) {
-    use serde_json::Value;
-    match value {
-        Value::Number(number) if !number.is_i64() && !number.is_u64() => {
-            if let Some(float) = number.as_f64()
-                && is_exact_integer(float)
-            {
-                // Within +/-2^53 the conversions are exact.
-                *value = if float >= 0.0 {
-                    Value::from(float as u64)
-                } else {
-                    Value::from(float as i64)
-                };
+/// The body with every number written as a float with no fractional part
+/// (`2.0`, `1e3`) written as that integer instead, when an f64 holds it
+/// exactly; `None` when there is none. It rewrites the text token by token
+/// (strings skipped), so it costs one copy of the body, not a parsed tree.
+fn integral_floats_as_integers(body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(body.len());
+    let (mut in_string, mut escaped, mut changed) = (false, false, false);
+    let mut at = 0;
+    while at < body.len() {
+        let byte = body[at];
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
             }
+            out.push(byte);
+            at += 1;
+            continue;
         }
-        Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
-        Value::Object(fields) => fields.values_mut().for_each(integral_floats_to_integers),
-        _ => {}
+        if byte == b'-' || byte.is_ascii_digit() {
+            let end = body[at..]
+                .iter()
+                .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                .map_or(body.len(), |n| at + n);
+            let token = &body[at..end];
+            let float = token
+                .iter()
+                .any(|b| matches!(b, b'.' | b'e' | b'E'))
+                .then(|| std::str::from_utf8(token).ok()?.parse::<f64>().ok())
+                .flatten()
+                .filter(|float| is_exact_integer(*float));
+            match float {
+                Some(float) => {
+                    // Within +/-2^53 the conversions are exact.
+                    let integer = if float >= 0.0 {
+                        (float as u64).to_string()
+                    } else {
+                        (float as i64).to_string()
+                    };
+                    out.extend_from_slice(integer.as_bytes());
+                    changed = true;
+                }
+                None => out.extend_from_slice(token),
+            }
+            at = end;
+            continue;
+        }
+        in_string = byte == b'"';
+        out.push(byte);
+        at += 1;
     }
+    changed.then_some(out)
 }
 
 /// A float with no fractional part that an f64 holds exactly (|x| <= 2^53).
@@ -193,37 +224,128 @@ fn steps(path: &serde_ignored::Path<'_>) -> Vec<Step> {
 }
 
 /// The path (`messages[0].content`) of the first string or key holding a
-/// NUL character, outside the `ignored` subtrees.
-fn nul_path(
-    value: &serde_json::Value,
-    at: &mut Vec<Step>,
-    ignored: &[Vec<Step>],
-) -> Option<String> {
-    use serde_json::Value;
-    if ignored.iter().any(|path| path == at) {
-        return None;
+/// NUL character, outside the `ignored` subtrees. It streams through the
+/// text: its memory is the path, not a parsed tree of the body.
+fn nul_path(body: &[u8], ignored: &[Vec<Step>]) -> Option<String> {
+    use serde::de::DeserializeSeed;
+    let mut at = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    NulSearch {
+        at: &mut at,
+        ignored,
     }
-    match value {
-        Value::String(text) => text.contains('\0').then(|| display(at)),
-        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
-            at.push(Step::Index(i));
-            let found = nul_path(item, at, ignored);
-            at.pop();
-            found
-        }),
-        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
-            at.push(Step::Key(key.clone()));
-            let found = if ignored.iter().any(|path| path == at) {
-                None
-            } else if key.contains('\0') {
-                Some(display(at))
+    .deserialize(&mut de)
+    .ok()
+    .flatten()
+}
+
+/// One value's search for a NUL (see [`nul_path`]): the path found, if any.
+struct NulSearch<'a> {
+    at: &'a mut Vec<Step>,
+    ignored: &'a [Vec<Step>],
+}
+
+impl NulSearch<'_> {
+    fn is_ignored(&self) -> bool {
+        self.ignored.iter().any(|path| path == self.at)
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for NulSearch<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<Option<String>, D::Error> {
+        if self.is_ignored() {
+            <serde::de::IgnoredAny as serde::Deserialize>::deserialize(de)?;
+            return Ok(None);
+        }
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NulSearch<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Option<String>, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, text: &str) -> Result<Option<String>, E> {
+        Ok(text.contains('\0').then(|| display(self.at)))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<Option<String>, A::Error> {
+        let mut found = None;
+        let mut index = 0;
+        loop {
+            if found.is_some() {
+                // The rest is read through, unsearched.
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                return Ok(found);
+            }
+            self.at.push(Step::Index(index));
+            let item = seq.next_element_seed(NulSearch {
+                at: &mut *self.at,
+                ignored: self.ignored,
+            });
+            self.at.pop();
+            match item? {
+                Some(item) => found = item,
+                None => return Ok(None),
+            }
+            index += 1;
+        }
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<Option<String>, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if found.is_some() {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            }
+            self.at.push(Step::Key(key));
+            let value = if self.is_ignored() {
+                map.next_value::<serde::de::IgnoredAny>().map(|_| None)
+            } else if matches!(self.at.last(), Some(Step::Key(key)) if key.contains('\0')) {
+                map.next_value::<serde::de::IgnoredAny>()
+                    .map(|_| Some(display(self.at)))
             } else {
-                nul_path(item, at, ignored)
+                map.next_value_seed(NulSearch {
+                    at: &mut *self.at,
+                    ignored: self.ignored,
+                })
             };
-            at.pop();
-            found
-        }),
-        _ => None,
+            self.at.pop();
+            found = value?;
+        }
+        Ok(found)
     }
 }
 
@@ -523,6 +645,19 @@ mod tests {
         );
         let err = json_body::<Sized>(br#"{"n": -1.0, "scale": 1}"#).unwrap_err();
         assert_eq!(err.to_string(), "n must be a non-negative integer, got -1");
+    }
+
+    #[test]
+    fn integral_floats_are_rewritten_in_the_text_and_strings_left_alone() {
+        let out = integral_floats_as_integers(
+            br#"{"s": "x\"2.0", "n": [2.0, -3e0, 2.5, 1e300, 7, -0.0]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"s": "x\"2.0", "n": [2, -3, 2.5, 1e300, 7, 0]}"#
+        );
+        assert!(integral_floats_as_integers(br#"{"n": 7, "s": "2.0"}"#).is_none());
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod agents;
 mod audio_bombs;
 mod auth;
 mod bad_input;
+mod body_memory;
 mod bombs;
 mod chat;
 mod clients;
@@ -45,3 +46,8 @@ mod tools;
 mod usage;
 mod webhook_tools;
 mod webhooks;
+
+/// Counts the heap's current size and peak, for the body-memory tests. It
+/// adds two atomic operations per allocation to the system allocator.
+#[global_allocator]
+static PEAK: peak_alloc::PeakAlloc = peak_alloc::PeakAlloc;
