@@ -1274,5 +1274,36 @@ BEGIN
 END
 $$;
 
+-- Keeps usage_daily (the dashboard's rollups) exact: an AFTER INSERT ...
+-- FOR EACH STATEMENT trigger on usage_records, so it runs inside every
+-- statement that records usage (unigen_settle, unigen_settle_many,
+-- unigen_settle_shares, unigen_release, direct inserts), over exactly the rows
+-- that statement inserted (records skipped by ON CONFLICT DO NOTHING are not
+-- in `new_usage`). Rows are upserted in key order, so two statements never
+-- wait on each other's rollup rows in opposite orders.
+CREATE OR REPLACE FUNCTION unigen_usage_rollup() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO usage_daily AS d (org_id, day, model, endpoint, api_key_id, requests, successes,
+                                  credits, prompt_tokens, completion_tokens, total_tokens,
+                                  latency_ms_sum)
+    SELECT n.org_id, (n.created_at AT TIME ZONE 'UTC')::date, n.model, n.endpoint, n.api_key_id,
+           count(*), count(*) FILTER (WHERE n.status = 'success'), sum(n.credits),
+           sum(n.prompt_tokens), sum(n.completion_tokens), sum(n.total_tokens), sum(n.latency_ms)
+      FROM new_usage n
+     GROUP BY 1, 2, 3, 4, 5
+     ORDER BY 1, 2, 3, 4, 5
+    ON CONFLICT ON CONSTRAINT usage_daily_key DO UPDATE SET
+        requests = d.requests + EXCLUDED.requests,
+        successes = d.successes + EXCLUDED.successes,
+        credits = d.credits + EXCLUDED.credits,
+        prompt_tokens = d.prompt_tokens + EXCLUDED.prompt_tokens,
+        completion_tokens = d.completion_tokens + EXCLUDED.completion_tokens,
+        total_tokens = d.total_tokens + EXCLUDED.total_tokens,
+        latency_ms_sum = d.latency_ms_sum + EXCLUDED.latency_ms_sum;
+    RETURN NULL;
+END
+$$;
+
 -- Dead: replaced by unigen_take_rate_tokens (blocks of tokens).
 DROP FUNCTION IF EXISTS unigen_take_rate_token(uuid, bigint);

@@ -63,6 +63,42 @@ enum AdminCommand {
         #[command(subcommand)]
         command: CreditsCommand,
     },
+    /// Dashboard team members.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Add a member who signs in to the dashboard; prints it as JSON.
+    Create {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        email: String,
+        /// owner, admin, member or viewer.
+        #[arg(long)]
+        role: String,
+        /// Read the password from standard input (its first line, at least
+        /// 12 characters). Without it a password is generated and printed
+        /// once in the output's `password`.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// An organization's members.
+    List {
+        #[arg(long)]
+        org: Uuid,
+    },
+    /// Remove a member; its dashboard sessions end at once.
+    Delete {
+        #[arg(long)]
+        org: Uuid,
+        #[arg(long)]
+        email: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -351,6 +387,7 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
             json!({ "id": key.id, "org_id": key.org_id, "name": key.name, "key": material.plaintext,
                     "scopes": key.scopes, "expires_at": key.expires_at })
         }
+        AdminCommand::User { command } => user_command(&mut conn, command).await?,
         AdminCommand::Key {
             command: KeyCommand::List { org },
         } => {
@@ -369,6 +406,69 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
     };
     println!("{}", serde_json::to_string_pretty(&output)?);
     Ok(())
+}
+
+fn member_json(member: &unigen_db::models::MemberRow) -> serde_json::Value {
+    json!({ "id": member.id, "org_id": member.org_id, "email": member.email,
+            "role": member.role, "created_at": member.created_at })
+}
+
+async fn user_command(
+    conn: &mut diesel_async::AsyncPgConnection,
+    command: UserCommand,
+) -> anyhow::Result<serde_json::Value> {
+    use unigen_dashboard::Role;
+    use unigen_dashboard::team::{TeamError, add_member};
+    Ok(match command {
+        UserCommand::Create {
+            org,
+            email,
+            role,
+            password_stdin,
+        } => {
+            let role: Role = role.parse().map_err(|e| anyhow::anyhow!("--role: {e}"))?;
+            let (password, generated) = if password_stdin {
+                let mut line = String::new();
+                std::io::stdin()
+                    .read_line(&mut line)
+                    .context("reading the password from standard input")?;
+                (line.trim_end_matches(['\r', '\n']).to_owned(), false)
+            } else {
+                (
+                    unigen_core::password::generate_password()
+                        .map_err(|e| anyhow::anyhow!("generating a password: {e}"))?,
+                    true,
+                )
+            };
+            let member = match add_member(conn, org, &email, role, password.clone()).await {
+                Ok(member) => member,
+                Err(TeamError::UnknownOrganization) => bail!("no organization with id {org}"),
+                Err(err) => bail!("{err}"),
+            };
+            let mut out = member_json(&member);
+            if generated {
+                eprintln!("Store this password now: it is shown only once.");
+                out["password"] = json!(password);
+            }
+            out
+        }
+        UserCommand::List { org } => {
+            if queries::orgs::find(conn, org).await?.is_none() {
+                bail!("no organization with id {org}");
+            }
+            let members = queries::members::list_for_org(conn, org).await?;
+            json!(members.iter().map(member_json).collect::<Vec<_>>())
+        }
+        UserCommand::Delete { org, email } => {
+            let Some(member) = queries::members::find_by_email_for_org(conn, org, &email).await?
+            else {
+                bail!("organization {org} has no member with email {email}");
+            };
+            let sessions = queries::members::delete_sessions_of(conn, member.id).await?;
+            queries::members::delete_for_org(conn, org, member.id).await?;
+            json!({ "id": member.id, "email": member.email, "deleted": true, "sessions_ended": sessions })
+        }
+    })
 }
 
 fn plan_json(plan: &unigen_db::models::Plan) -> serde_json::Value {

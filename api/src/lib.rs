@@ -164,6 +164,21 @@ pub async fn spawn(
         running: TaskTracker::new(),
     };
     let running_runs = runs.running.clone();
+    let dashboard = settings.dashboard.enabled.then(|| {
+        let keys = keys.clone();
+        unigen_dashboard::DashboardState {
+            pool: pool.clone(),
+            hub: hub.clone(),
+            notifier: notifier.clone(),
+            catalogue: catalogue.clone(),
+            signer: signer.clone(),
+            prefix: settings.dashboard.normalized_prefix(),
+            secure_cookies: settings.http.public_base_url.starts_with("https://"),
+            settings: settings.dashboard.clone(),
+            keys_changed: Arc::new(move || keys.clear()),
+            allow_private_webhooks: settings.webhooks.allow_private_addresses,
+        }
+    });
     let state = AppState {
         pool,
         submitter,
@@ -221,6 +236,10 @@ pub async fn spawn(
                     .configure(routes::configure_v1),
             )
             .split_for_parts();
+        let app = match &dashboard {
+            Some(dashboard) => app.configure(unigen_dashboard::configure(dashboard.clone())),
+            None => app,
+        };
         app.configure(routes::configure_root)
             .service(SwaggerUi::new("/docs/{_:.*}").url("/api/openapi", openapi.clone()))
             .route(

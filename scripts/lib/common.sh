@@ -230,6 +230,25 @@ ensure_sdk_js() {
   fi
 }
 
+# The dashboard's browser tests (tests/tests/e2e/dashboard_browser.rs):
+# Debian's Chromium, driven headless over the DevTools protocol by
+# playwright-core, with axe-core; both pinned in tests/browser/package-lock.json
+# (npm ci, again whenever the lockfile changes). Never a browser download.
+ensure_browser() {
+  ensure_node
+  if ! command -v chromium >/dev/null; then
+    log "installing Chromium (Debian's package)"
+    apt_install chromium fonts-dejavu-core
+  fi
+  local dir="$ROOT/tests/browser" wanted
+  wanted=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+  if [ "$(cat "$dir/node_modules/.lock.sha256" 2>/dev/null)" != "$wanted" ]; then
+    log "installing playwright-core and axe-core (npm ci in tests/browser)"
+    (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+    echo "$wanted" > "$dir/node_modules/.lock.sha256"
+  fi
+}
+
 # schemathesis for the OpenAPI fuzzing run (tests/tests/e2e/schemathesis.rs),
 # pinned with hashes in tests/schemathesis/requirements.txt, in its own venv
 # (its dependencies need not agree with the SDKs').

@@ -3,6 +3,7 @@
 //! test: a fresh database cloned from a migrated template, a unique RabbitMQ
 //! name prefix (queues expire once unused), and a private files directory.
 
+pub mod dashboard;
 mod database;
 mod env;
 mod process;

@@ -5,15 +5,14 @@
 use std::collections::HashMap;
 
 use actix_web::{HttpResponse, get, post, web};
-use diesel_async::AsyncConnection;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use unigen_core::ValidationError;
 use unigen_core::domain::{ModelCategory, ModelTier, Scope};
 use unigen_db::billing::{Bucket, CREDITS, from_milli, usd};
 use unigen_db::models::{BillingAccount, CreditTransaction, Plan};
-use unigen_db::queries::billing::{OverageSettings, TransactionFilter};
-use unigen_db::{DbError, PgConnection, queries};
+use unigen_db::queries::billing::{OverageChange, OverageSettings, TransactionFilter};
+use unigen_db::{DbError, queries};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -295,50 +294,12 @@ impl OverageConfigureRequest {
         let enabled = self
             .enabled
             .ok_or_else(|| invalid("enabled", "enabled is required (true or false)"))?;
-        if self.soft_limit.is_some_and(|l| l <= 0) {
-            return Err(invalid(
-                "soft_limit",
-                "soft_limit must be a positive integer",
-            ));
-        }
-        if self.hard_limit.is_some_and(|l| l <= 0) {
-            return Err(invalid(
-                "hard_limit",
-                "hard_limit must be a positive integer",
-            ));
-        }
-        if let (Some(soft), Some(hard)) = (self.soft_limit, self.hard_limit)
-            && soft > hard
-        {
-            return Err(invalid(
-                "soft_limit",
-                "soft_limit must not be above hard_limit",
-            ));
-        }
-        let email = match self.notification_email.map(|e| e.trim().to_owned()) {
-            Some(email) if email.is_empty() => None,
-            Some(email) => {
-                let valid = email.len() <= 254
-                    && email.split_once('@').is_some_and(|(local, domain)| {
-                        !local.is_empty() && domain.contains('.') && !domain.starts_with('.')
-                    })
-                    && !email.contains(char::is_whitespace);
-                if !valid {
-                    return Err(invalid(
-                        "notification_email",
-                        "notification_email must be an email address",
-                    ));
-                }
-                Some(email)
-            }
-            None => None,
-        };
-        Ok(OverageSettings {
+        Ok(OverageSettings::new(
             enabled,
-            soft_limit: self.soft_limit,
-            hard_limit: self.hard_limit,
-            notification_email: email,
-        })
+            self.soft_limit,
+            self.hard_limit,
+            self.notification_email,
+        )?)
     }
 }
 
@@ -362,20 +323,16 @@ pub async fn configure_overage(
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Usage)?;
     let settings = json_body::<OverageConfigureRequest>(&body)?.validate()?;
-    let mut pooled = state.pool.get().await.map_err(DbError::from)?;
-    let conn: &mut PgConnection = &mut pooled;
-    let plan = queries::billing::plan_of_org(conn, caller.org_id).await?;
-    if settings.enabled && plan.overage_rate_micros.is_none() {
-        return Err(ApiError::NotOnPlan(format!(
-            "overage is not available on the {} plan",
-            plan.name
-        )));
-    }
-    let account = conn
-        .transaction::<_, DbError, _>(async |conn| {
-            queries::billing::configure_overage(conn, caller.org_id, &settings).await
-        })
-        .await?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let (account, plan) =
+        match queries::billing::change_overage(&mut conn, caller.org_id, &settings).await? {
+            OverageChange::Applied(applied) => *applied,
+            OverageChange::NotOnPlan(plan) => {
+                return Err(ApiError::NotOnPlan(format!(
+                    "overage is not available on the {plan} plan"
+                )));
+            }
+        };
     Ok(envelope(overage_status_json(&account, &plan), json!({})))
 }
 

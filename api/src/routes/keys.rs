@@ -4,11 +4,11 @@
 //! stored, and the value is answered once, at creation.
 
 use actix_web::{HttpResponse, delete, get, post, web};
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use unigen_core::ValidationError;
+use unigen_core::domain::key_rules::{self, KeyRequest, ValidKey};
 use unigen_core::domain::{ApiKeyMaterial, Scope};
-use unigen_core::validate::required_text;
 use unigen_db::models::{ApiKey, NewApiKey};
 use unigen_db::{DbError, queries};
 use uuid::Uuid;
@@ -19,7 +19,6 @@ use crate::routes::params::{json_body, not_found, path_id};
 use crate::state::AppState;
 
 const KIND: &str = "key";
-const MAX_NAME_CHARS: usize = 100;
 
 /// Body of `POST /keys`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -89,78 +88,16 @@ pub struct KeyList {
     pub keys: Vec<KeyView>,
 }
 
-/// A validated creation request.
-struct NewKey {
-    name: String,
-    scopes: Vec<Scope>,
-    expires_at: Option<DateTime<Utc>>,
-}
-
 impl KeyCreateRequest {
-    fn validate(self, now: DateTime<Utc>) -> Result<NewKey, ValidationError> {
-        let name = required_text("name", self.name.as_deref(), MAX_NAME_CHARS)?;
-        let scopes = parse_scopes(self.scopes.as_deref())?;
-        let expires_at = self
-            .expires_at
-            .as_deref()
-            .map(|raw| parse_expiry(raw, now))
-            .transpose()?;
-        Ok(NewKey {
-            name,
-            scopes,
-            expires_at,
-        })
+    /// The shared key rules (`unigen_core::domain::key_rules`).
+    fn validate(&self, now: DateTime<Utc>) -> Result<ValidKey, ValidationError> {
+        KeyRequest {
+            name: self.name.as_deref(),
+            scopes: self.scopes.as_deref(),
+            expires_at: self.expires_at.as_deref(),
+        }
+        .validate(now)
     }
-}
-
-/// Known scope names, duplicates collapsed; `all` (or `*`) is every scope,
-/// as in the operator CLI.
-fn parse_scopes(names: Option<&[String]>) -> Result<Vec<Scope>, ValidationError> {
-    let names = names.ok_or_else(|| ValidationError::new("scopes", "scopes is required"))?;
-    if names.is_empty() {
-        return Err(ValidationError::new(
-            "scopes",
-            "scopes must list at least one scope",
-        ));
-    }
-    if let Some(blank) = names
-        .iter()
-        .find(|n| n.trim().is_empty() || n.contains(','))
-    {
-        return Err(ValidationError::new(
-            "scopes",
-            format!("scopes: `{blank}` is not a scope name"),
-        ));
-    }
-    Scope::parse_list(&names.join(","))
-        .map_err(|e| ValidationError::new("scopes", format!("scopes: {e}")))
-}
-
-/// An ISO 8601 date-time (RFC 3339) or a date meaning midnight UTC; it
-/// must lie in the future.
-fn parse_expiry(raw: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, ValidationError> {
-    let at = DateTime::parse_from_rfc3339(raw)
-        .map(|t| t.with_timezone(&Utc))
-        .or_else(|_| {
-            NaiveDate::parse_from_str(raw, "%Y-%m-%d")
-                .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc())
-        })
-        .map_err(|_| {
-            ValidationError::new(
-                "expires_at",
-                format!(
-                    "expires_at must be an ISO 8601 date-time (2027-01-31T12:00:00Z) or date \
-                     (2027-01-31), got `{raw}`"
-                ),
-            )
-        })?;
-    if at <= now {
-        return Err(ValidationError::new(
-            "expires_at",
-            format!("expires_at must be in the future, got {}", at.to_rfc3339()),
-        ));
-    }
-    Ok(at)
 }
 
 /// Create a key for the caller's organization; its value is answered once.
@@ -185,8 +122,8 @@ pub async fn create_key(
     let request: KeyCreateRequest = json_body(&body)?;
     let new = request.validate(Utc::now())?;
     // No key grants more than its creator holds.
-    for scope in &new.scopes {
-        caller.require(*scope)?;
+    if let Some(scope) = key_rules::first_ungranted(&new.scopes, &caller.scopes) {
+        caller.require(scope)?;
     }
     let material = ApiKeyMaterial::generate().map_err(ApiError::internal)?;
     let key = {
@@ -199,7 +136,7 @@ pub async fn create_key(
                 name: &new.name,
                 key_hash: &material.hash,
                 key_prefix: &material.display_prefix,
-                scopes: new.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+                scopes: new.scope_names(),
                 expires_at: new.expires_at,
             },
         )
@@ -280,73 +217,21 @@ pub async fn delete_key(
 mod tests {
     use super::*;
 
-    fn request(name: &str, scopes: &[&str], expires_at: Option<&str>) -> KeyCreateRequest {
-        KeyCreateRequest {
-            name: Some(name.to_owned()),
-            scopes: Some(scopes.iter().map(|s| (*s).to_owned()).collect()),
-            expires_at: expires_at.map(str::to_owned),
-        }
-    }
-
-    fn field_of(result: Result<NewKey, ValidationError>) -> &'static str {
-        match result {
-            Ok(_) => panic!("accepted"),
-            Err(err) => err.field,
-        }
-    }
-
+    // The rules themselves are tested in `unigen_core::domain::key_rules`.
     #[test]
-    fn creation_requests_are_validated_field_by_field() {
-        let now = Utc::now();
-        let ok = request("ci", &["image", "jobs", "image"], Some("2999-01-02"))
-            .validate(now)
-            .unwrap();
-        assert_eq!(ok.scopes, vec![Scope::Image, Scope::Jobs]);
-        assert_eq!(
-            ok.expires_at.unwrap().to_rfc3339(),
-            "2999-01-02T00:00:00+00:00"
-        );
-        let all = request("ops", &["all"], None).validate(now).unwrap();
-        assert_eq!(all.scopes, Scope::ALL.to_vec());
-        assert!(all.scopes.contains(&Scope::Keys));
-
-        assert_eq!(
-            field_of(request(" ", &["image"], None).validate(now)),
-            "name"
-        );
-        let long = "n".repeat(101);
-        assert_eq!(
-            field_of(request(&long, &["image"], None).validate(now)),
-            "name"
-        );
-        assert!(
-            request(&"n".repeat(100), &["image"], None)
-                .validate(now)
-                .is_ok()
-        );
-        assert_eq!(field_of(request("x", &[], None).validate(now)), "scopes");
-        assert_eq!(
-            field_of(request("x", &["pixels"], None).validate(now)),
-            "scopes"
-        );
-        assert_eq!(
-            field_of(request("x", &["image,jobs"], None).validate(now)),
-            "scopes"
-        );
-        assert_eq!(field_of(request("x", &[""], None).validate(now)), "scopes");
-        assert_eq!(
-            field_of(request("x", &["image"], Some("2001-01-01T00:00:00Z")).validate(now)),
-            "expires_at"
-        );
-        assert_eq!(
-            field_of(request("x", &["image"], Some("next week")).validate(now)),
-            "expires_at"
-        );
+    fn creation_requests_go_through_the_shared_key_rules() {
+        let request = KeyCreateRequest {
+            name: Some("ci".into()),
+            scopes: Some(vec!["image".into(), "jobs".into()]),
+            expires_at: Some("2999-01-02".into()),
+        };
+        let key = request.validate(Utc::now()).unwrap();
+        assert_eq!(key.scopes, vec![Scope::Image, Scope::Jobs]);
         let missing = KeyCreateRequest {
             name: None,
             scopes: None,
             expires_at: None,
         };
-        assert_eq!(field_of(missing.validate(now)), "name");
+        assert_eq!(missing.validate(Utc::now()).unwrap_err().field, "name");
     }
 }

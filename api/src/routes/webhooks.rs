@@ -6,14 +6,14 @@ use std::collections::HashMap;
 
 use actix_web::{HttpResponse, delete, get, patch, post, web};
 use chrono::{DateTime, Utc};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
+use diesel_async::AsyncPgConnection;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use unigen_core::ValidationError;
 use unigen_core::domain::Scope;
 use unigen_db::models::{NewWebhook, Webhook, WebhookUpdate};
-use unigen_db::queries::webhooks::{CreateOutcome, DeliveryLog, RedeliverOutcome};
-use unigen_db::{DbError, events, queries};
+use unigen_db::queries::webhooks::{CreateOutcome, DeliveryLog, RedeliverOutcome, SendTarget};
+use unigen_db::{DbError, queries};
 use unigen_jobs::webhooks;
 use uuid::Uuid;
 
@@ -459,24 +459,9 @@ pub async fn test_webhook(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Webhooks)?;
-    let id = path_id(KIND, &path)?;
-    let mut pooled = state.pool.get().await.map_err(DbError::from)?;
-    let conn: &mut AsyncPgConnection = &mut pooled;
-    let webhook = queries::webhooks::find_for_org(conn, caller.org_id, id)
-        .await?
-        .ok_or_else(|| not_found(KIND, &path))?;
-    if !webhook.enabled {
-        return Err(ApiError::WebhookDisabled(
-            "the webhook is disabled; enable it (PATCH enabled=true) to send a test event".into(),
-        ));
-    }
-    let event = events::webhook_test(caller.org_id, webhook.id);
-    conn.transaction::<_, DbError, _>(async |conn| {
-        // Nobody subscribes to `webhook.test`: the insert fans out to no one.
-        queries::events::insert(conn, &event).await?;
-        queries::webhooks::insert_delivery(conn, webhook.id, event.id).await
-    })
-    .await?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    let webhook = enabled_webhook(&mut conn, &caller, &path).await?;
+    let event = queries::webhooks::send_test_event(&mut conn, &webhook).await?;
     state.notifier.events_recorded();
     Ok(HttpResponse::Accepted().json(TestEventQueued {
         event_id: event.id,
@@ -549,15 +534,13 @@ async fn enabled_webhook(
     raw_id: &str,
 ) -> Result<Webhook, ApiError> {
     let id = path_id(KIND, raw_id)?;
-    let webhook = queries::webhooks::find_for_org(conn, caller.org_id, id)
-        .await?
-        .ok_or_else(|| not_found(KIND, raw_id))?;
-    if !webhook.enabled {
-        return Err(ApiError::WebhookDisabled(
+    match queries::webhooks::find_send_target(conn, caller.org_id, id).await? {
+        SendTarget::Enabled(webhook) => Ok(*webhook),
+        SendTarget::Disabled => Err(ApiError::WebhookDisabled(
             "the webhook is disabled; enable it (PATCH enabled=true) to send events again".into(),
-        ));
+        )),
+        SendTarget::NotFound => Err(not_found(KIND, raw_id)),
     }
-    Ok(webhook)
 }
 
 /// Attempt one delivery's event again now, outside the retry schedule, with

@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod fonts;
 pub mod images;
 pub mod params;
+pub mod password;
 pub mod storage;
 pub mod telemetry;
 pub mod validate;

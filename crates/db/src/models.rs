@@ -453,4 +453,32 @@ pub struct WebhookAttempt {
     pub duration_ms: i32,
     pub status_code: Option<i32>,
     pub error: Option<String>,
+    /// The exact request headers the attempt was sent (and signed) with,
+    /// name -> value.
+    pub request_headers: serde_json::Value,
+    /// The first 1 KB of the receiver's answer (lossy UTF-8).
+    pub response_body: Option<String>,
+}
+
+/// A dashboard team member, without the password hash.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = crate::schema::members)]
+pub struct MemberRow {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    pub email: String,
+    /// `owner`, `admin`, `member` or `viewer` (a CHECK constraint).
+    pub role: String,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Insertable)]
+#[diesel(table_name = crate::schema::members)]
+pub struct NewMember<'a> {
+    pub id: Uuid,
+    pub org_id: Uuid,
+    /// Lowercased and trimmed (`queries::members::normalize_email`).
+    pub email: &'a str,
+    pub password_hash: &'a str,
+    pub role: &'a str,
 }

@@ -230,6 +230,8 @@ diesel::table! {
         duration_ms -> Int4,
         status_code -> Nullable<Int4>,
         error -> Nullable<Text>,
+        request_headers -> Jsonb,
+        response_body -> Nullable<Text>,
     }
 }
 
@@ -376,3 +378,39 @@ diesel::allow_tables_to_appear_in_same_query!(
     webhook_deliveries,
     webhook_attempts,
 );
+
+// Dashboard team members (migration dashboard_members).
+diesel::table! {
+    members (id) {
+        id -> Uuid,
+        org_id -> Uuid,
+        email -> Text,
+        password_hash -> Text,
+        role -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    dashboard_sessions (id_hash) {
+        id_hash -> Bytea,
+        member_id -> Uuid,
+        csrf_token -> Text,
+        created_at -> Timestamptz,
+        last_seen_at -> Timestamptz,
+        expires_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    login_failures (email) {
+        email -> Text,
+        failures -> Int4,
+        window_started_at -> Timestamptz,
+        locked_until -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::joinable!(members -> organizations (org_id));
+diesel::joinable!(dashboard_sessions -> members (member_id));
+diesel::allow_tables_to_appear_in_same_query!(members, dashboard_sessions, organizations);

@@ -270,7 +270,16 @@ pub fn validate_headers(headers: Option<&Value>) -> Result<Value, ValidationErro
     Ok(Value::Object(clean))
 }
 
-pub use unigen_db::queries::webhooks::AttemptOutcome;
+pub use unigen_db::queries::webhooks::{AttemptOutcome, RESPONSE_BODY_KEPT};
+
+/// What a receiver answered.
+struct Answer {
+    status: u16,
+    /// Its `Retry-After` on a 429 or 503.
+    retry_after: Option<Duration>,
+    /// The first [`RESPONSE_BODY_KEPT`] bytes of its body (lossy UTF-8).
+    body: String,
+}
 
 /// What an attempt sends: the webhook's target and secret, the event.
 pub struct SignedRequest<'a> {
@@ -311,29 +320,48 @@ impl DeliveryClient {
     }
 
     /// One attempt, signed with the current time. Never fails: every problem
-    /// is an outcome to record.
+    /// is an outcome to record, with the headers sent and the first
+    /// [`RESPONSE_BODY_KEPT`] bytes of the answer.
     pub async fn attempt(&self, request: &SignedRequest<'_>) -> AttemptOutcome {
         let started = Instant::now();
-        let result = self.send(request).await;
+        let mut sent = HeaderMap::new();
+        let result = self.send(request, &mut sent).await;
         let duration = started.elapsed();
+        let request_headers = Value::Object(
+            sent.iter()
+                .map(|(name, value)| {
+                    let text = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                    (name.as_str().to_owned(), Value::String(text))
+                })
+                .collect(),
+        );
         match result {
-            Ok((code, retry_after)) => AttemptOutcome {
-                status_code: Some(code),
+            Ok(answer) => AttemptOutcome {
+                status_code: Some(answer.status),
                 error: None,
                 duration,
-                retry_after,
+                retry_after: answer.retry_after,
+                request_headers,
+                response_body: Some(answer.body),
             },
             Err(error) => AttemptOutcome {
                 status_code: None,
                 error: Some(error),
                 duration,
                 retry_after: None,
+                request_headers,
+                response_body: None,
             },
         }
     }
 
-    /// The receiver's status, and its `Retry-After` on a 429 or 503.
-    async fn send(&self, request: &SignedRequest<'_>) -> Result<(u16, Option<Duration>), String> {
+    /// The receiver's answer; `sent` receives the request's headers once
+    /// they are built (left empty when the URL is refused first).
+    async fn send(
+        &self,
+        request: &SignedRequest<'_>,
+        sent: &mut HeaderMap,
+    ) -> Result<Answer, String> {
         let url = reqwest::Url::parse(request.url).map_err(|_| "invalid URL".to_owned())?;
         // Address literals are refused here; names by the resolver, which
         // sees every address they resolve to.
@@ -384,6 +412,7 @@ impl DeliveryClient {
             let value = HeaderValue::from_str(&value).map_err(|_| "unencodable header")?;
             headers.insert(HeaderName::from_static(name), value);
         }
+        sent.clone_from(&headers);
         let mut response = self
             .client
             .post(url)
@@ -401,16 +430,25 @@ impl DeliveryClient {
                 .and_then(|v| retry_after(v, chrono::Utc::now())),
             _ => None,
         };
-        // Drain a little of the answer so the connection can be reused; the
-        // rest is dropped unread.
+        // Drain a little of the answer so the connection can be reused (the
+        // rest is dropped unread); its first bytes are kept for the record.
+        let mut kept: Vec<u8> = Vec::new();
         let mut read = 0;
         while read < RESPONSE_READ_CAP {
             match response.chunk().await {
-                Ok(Some(chunk)) => read += chunk.len(),
+                Ok(Some(chunk)) => {
+                    read += chunk.len();
+                    let room = RESPONSE_BODY_KEPT.saturating_sub(kept.len());
+                    kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
                 Ok(None) | Err(_) => break,
             }
         }
-        Ok((status, retry_after))
+        Ok(Answer {
+            status,
+            retry_after,
+            body: String::from_utf8_lossy(&kept).into_owned(),
+        })
     }
 
     fn describe(&self, err: &reqwest::Error) -> String {

@@ -10,6 +10,8 @@ mod body_memory;
 mod bombs;
 mod chat;
 mod clients;
+mod dashboard;
+mod dashboard_pages;
 mod deadlines;
 mod elevenlabs;
 mod events;

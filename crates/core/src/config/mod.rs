@@ -7,9 +7,11 @@ use serde::Deserialize;
 
 use crate::domain::{ModelCategory, ModelTier};
 
+mod dashboard;
 mod search;
 mod webhooks;
 
+pub use dashboard::DashboardSettings;
 pub use search::SearchSettings;
 pub use webhooks::WebhookSettings;
 
@@ -66,6 +68,9 @@ pub struct Settings {
     /// `[webhooks]`: delivery of signed events (the `webhooks` module of unigen-jobs).
     #[serde(default)]
     pub webhooks: WebhookSettings,
+    /// `[dashboard]`: the web dashboard served by the API.
+    #[serde(default)]
+    pub dashboard: DashboardSettings,
     pub local_provider: LocalProviderSettings,
     /// `[metering]`: how API processes hold concurrency slots and credits.
     pub metering: MeteringSettings,

@@ -2,6 +2,7 @@
 
 mod api_key;
 mod enums;
+pub mod key_rules;
 mod plan_limits;
 
 pub use api_key::{ApiKeyMaterial, KeyFormatError, hash_key, looks_like_key};

@@ -1262,6 +1262,90 @@ pub struct OverageSettings {
     pub notification_email: Option<String>,
 }
 
+impl OverageSettings {
+    /// The rules of `POST /overage/configure` (and of the dashboard's form):
+    /// limits positive, the soft limit not above the hard one, an email
+    /// address or nothing.
+    pub fn new(
+        enabled: bool,
+        soft_limit: Option<i64>,
+        hard_limit: Option<i64>,
+        notification_email: Option<String>,
+    ) -> Result<Self, unigen_core::ValidationError> {
+        use unigen_core::ValidationError;
+        if soft_limit.is_some_and(|l| l <= 0) {
+            return Err(ValidationError::new(
+                "soft_limit",
+                "soft_limit must be a positive integer",
+            ));
+        }
+        if hard_limit.is_some_and(|l| l <= 0) {
+            return Err(ValidationError::new(
+                "hard_limit",
+                "hard_limit must be a positive integer",
+            ));
+        }
+        if let (Some(soft), Some(hard)) = (soft_limit, hard_limit)
+            && soft > hard
+        {
+            return Err(ValidationError::new(
+                "soft_limit",
+                "soft_limit must not be above hard_limit",
+            ));
+        }
+        let email = match notification_email.map(|e| e.trim().to_owned()) {
+            Some(email) if email.is_empty() => None,
+            Some(email) => {
+                let valid = email.len() <= 254
+                    && email.split_once('@').is_some_and(|(local, domain)| {
+                        !local.is_empty() && domain.contains('.') && !domain.starts_with('.')
+                    })
+                    && !email.contains(char::is_whitespace);
+                if !valid {
+                    return Err(ValidationError::new(
+                        "notification_email",
+                        "notification_email must be an email address",
+                    ));
+                }
+                Some(email)
+            }
+            None => None,
+        };
+        Ok(OverageSettings {
+            enabled,
+            soft_limit,
+            hard_limit,
+            notification_email: email,
+        })
+    }
+}
+
+/// Why overage settings were not applied.
+#[derive(Debug)]
+pub enum OverageChange {
+    Applied(Box<(BillingAccount, Plan)>),
+    /// Enabling overage on a plan without it; the plan's name.
+    NotOnPlan(String),
+}
+
+/// Applies `settings` unless they enable overage on a plan without it: the
+/// whole of `POST /overage/configure` after parsing.
+pub async fn change_overage(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    settings: &OverageSettings,
+) -> Result<OverageChange, DbError> {
+    use diesel_async::AsyncConnection;
+    let plan = plan_of_org(conn, org_id).await?;
+    if settings.enabled && plan.overage_rate_micros.is_none() {
+        return Ok(OverageChange::NotOnPlan(plan.name));
+    }
+    let account = conn
+        .transaction::<_, DbError, _>(async |conn| configure_overage(conn, org_id, settings).await)
+        .await?;
+    Ok(OverageChange::Applied(Box::new((account, plan))))
+}
+
 pub async fn configure_overage(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -1323,6 +1407,36 @@ pub async fn list_transactions(
         .load(conn)
         .await?;
     Ok((rows, total))
+}
+
+/// A keyset page of the ledger, newest first: the rows older than `before`
+/// (the previous page's last `(created_at, id)`), read through
+/// `credit_transactions_org_idx` whatever the depth.
+pub async fn ledger_page(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    before: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<CreditTransaction>, DbError> {
+    let mut query = credit_transactions::table
+        .filter(credit_transactions::org_id.eq(org_id))
+        .order((
+            credit_transactions::created_at.desc(),
+            credit_transactions::id.desc(),
+        ))
+        .limit(limit)
+        .select(CreditTransaction::as_select())
+        .into_boxed();
+    if let Some((at, id)) = before {
+        query = query.filter(
+            credit_transactions::created_at
+                .lt(at)
+                .or(credit_transactions::created_at
+                    .eq(at)
+                    .and(credit_transactions::id.lt(id))),
+        );
+    }
+    Ok(query.load(conn).await?)
 }
 
 /// Sum of the ledger, for the invariant check.

@@ -204,6 +204,76 @@ pub async fn list_for_org(
     Ok(query.load(conn).await?)
 }
 
+/// A job as a list row shows it: no parameters or outputs.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = jobs)]
+pub struct JobSummary {
+    pub id: Uuid,
+    pub tool: String,
+    pub status: String,
+    pub model: String,
+    pub estimated_credits: i64,
+    pub actual_credits: Option<i64>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// A keyset page of an organization's jobs, newest first.
+#[derive(Debug, Clone)]
+pub struct JobPage {
+    pub tool: Option<Tool>,
+    pub status: Option<JobStatus>,
+    /// The last row of the previous page (`created_at`, `id`): only older
+    /// jobs are listed.
+    pub before: Option<(DateTime<Utc>, Uuid)>,
+    pub limit: i64,
+}
+
+/// One keyset page (`(created_at, id) < before`, newest first), read through
+/// `jobs_org_created_idx`, `jobs_org_tool_created_idx` or
+/// `jobs_org_status_created_idx`: the cost does not grow with the depth.
+pub async fn page_for_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    page: &JobPage,
+) -> Result<Vec<JobSummary>, DbError> {
+    let mut query = jobs::table
+        .filter(jobs::org_id.eq(org_id))
+        .select(JobSummary::as_select())
+        .order((jobs::created_at.desc(), jobs::id.desc()))
+        .limit(page.limit)
+        .into_boxed();
+    if let Some(tool) = page.tool {
+        query = query.filter(jobs::tool.eq(tool.as_str()));
+    }
+    if let Some(status) = page.status {
+        query = query.filter(jobs::status.eq(status.as_str()));
+    }
+    if let Some((at, id)) = page.before {
+        query = query.filter(
+            jobs::created_at
+                .lt(at)
+                .or(jobs::created_at.eq(at).and(jobs::id.lt(id))),
+        );
+    }
+    Ok(query.load(conn).await?)
+}
+
+/// An organization's jobs counted by status (the overview's figures).
+pub async fn count_by_status_for_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+) -> Result<Vec<(String, i64)>, DbError> {
+    Ok(jobs::table
+        .filter(jobs::org_id.eq(org_id))
+        .group_by(jobs::status)
+        .select((jobs::status, diesel::dsl::count_star()))
+        .order(jobs::status.asc())
+        .load(conn)
+        .await?)
+}
+
 #[derive(Debug)]
 pub enum CancelOutcome {
     Cancelled(Box<Job>),

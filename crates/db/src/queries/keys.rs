@@ -116,3 +116,126 @@ pub async fn revoke(
         .await?;
     Ok(updated == 1)
 }
+
+/// How a page of keys is ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySort {
+    /// Newest first.
+    Created,
+    /// Most recently used first; never used last.
+    LastUsed,
+    /// Soonest expiry first; keys that never expire last.
+    Expiry,
+}
+
+impl KeySort {
+    /// The ordering expression and direction (fixed text, never input).
+    fn order(self) -> (&'static str, &'static str) {
+        match self {
+            KeySort::Created => ("k.created_at", "DESC"),
+            KeySort::LastUsed => (
+                "coalesce(k.last_used_at, '0001-01-01'::timestamptz)",
+                "DESC",
+            ),
+            KeySort::Expiry => ("coalesce(k.expires_at, '9999-12-31'::timestamptz)", "ASC"),
+        }
+    }
+}
+
+/// What a page of the dashboard's key list asks for.
+#[derive(Debug, Clone)]
+pub struct KeyPageQuery<'a> {
+    pub org_id: Uuid,
+    /// Keys whose name contains this (case-insensitive); `None`: all.
+    pub search: Option<&'a str>,
+    pub sort: KeySort,
+    /// The last key of the previous page (keyset pagination).
+    pub after: Option<Uuid>,
+    pub limit: i64,
+    /// Credits are summed from this UTC day on (the billing period's start).
+    pub period_start: chrono::NaiveDate,
+}
+
+/// A key as the dashboard lists it, with the credits its requests used in
+/// the billing period.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct KeyPageRow {
+    #[diesel(sql_type = diesel::sql_types::Uuid)]
+    pub id: Uuid,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub name: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub key_prefix: String,
+    #[diesel(sql_type = diesel::sql_types::Array<diesel::sql_types::Text>)]
+    pub scopes: Vec<String>,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub created_at: DateTime<Utc>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub last_used_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub credits_in_period: i64,
+}
+
+/// `%`, `_` and `\` taken literally in a LIKE pattern.
+fn like_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One page of the organization's active keys (revoked ones are gone;
+/// expired ones are listed), with each key's credits in the period summed
+/// from the daily usage rollups. One statement.
+pub async fn page_for_org(
+    conn: &mut AsyncPgConnection,
+    query: &KeyPageQuery<'_>,
+) -> Result<Vec<KeyPageRow>, DbError> {
+    use diesel::sql_types::{BigInt, Date, Nullable, Text, Uuid as SqlUuid};
+    let (expr, dir) = query.sort.order();
+    let cmp = if dir == "DESC" { "<" } else { ">" };
+    let sql = format!(
+        "SELECT k.id, k.name, k.key_prefix, k.scopes, k.created_at, k.last_used_at, k.expires_at, \
+                coalesce(u.credits, 0)::bigint AS credits_in_period \
+           FROM api_keys k \
+           LEFT JOIN (SELECT api_key_id, sum(credits) AS credits FROM usage_daily \
+                       WHERE org_id = $1 AND day >= $2 AND api_key_id IS NOT NULL \
+                       GROUP BY api_key_id) u ON u.api_key_id = k.id \
+          WHERE k.org_id = $1 AND k.revoked_at IS NULL \
+            AND ($3::text IS NULL OR k.name ILIKE '%' || $3 || '%') \
+            AND ($4::uuid IS NULL OR ({expr}, k.id) {cmp} \
+                 (SELECT {expr}, k.id FROM api_keys k WHERE k.id = $4 AND k.org_id = $1)) \
+          ORDER BY {expr} {dir}, k.id {dir} \
+          LIMIT $5"
+    );
+    Ok(diesel::sql_query(sql)
+        .bind::<SqlUuid, _>(query.org_id)
+        .bind::<Date, _>(query.period_start)
+        .bind::<Nullable<Text>, _>(query.search.map(like_literal))
+        .bind::<Nullable<SqlUuid>, _>(query.after)
+        .bind::<BigInt, _>(query.limit)
+        .load(conn)
+        .await?)
+}
+
+/// One of the organization's active keys.
+pub async fn find_active_for_org(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    key_id: Uuid,
+) -> Result<Option<ApiKey>, DbError> {
+    Ok(api_keys::table
+        .filter(api_keys::id.eq(key_id))
+        .filter(api_keys::org_id.eq(org_id))
+        .filter(api_keys::revoked_at.is_null())
+        .select(ApiKey::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}

@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod keys;
 pub mod knowledge;
 pub mod limits;
+pub mod members;
 pub mod orgs;
 pub mod usage;
 pub mod webhooks;

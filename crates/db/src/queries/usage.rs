@@ -520,3 +520,268 @@ pub async fn utc_offset_seconds(
         .await?;
     Ok(row.seconds)
 }
+
+// ---------------------------------------------------------------------------
+// Daily rollups (`usage_daily`): exact sums of the usage records per
+// organization, UTC day, model, endpoint and key, maintained by the
+// statement that inserts the records (the `usage_records_rollup` trigger,
+// migrations/functions.sql). Aggregate pages read these: their cost grows
+// with days x groups, not with requests.
+
+/// What a rollup report groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollupGroup {
+    Model,
+    Endpoint,
+    Key,
+}
+
+impl RollupGroup {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RollupGroup::Model => "model",
+            RollupGroup::Endpoint => "endpoint",
+            RollupGroup::Key => "key",
+        }
+    }
+
+    /// The grouped column as text (`NULL` for requests without a key).
+    fn column(self) -> &'static str {
+        match self {
+            RollupGroup::Model => "model",
+            RollupGroup::Endpoint => "endpoint",
+            RollupGroup::Key => "api_key_id::text",
+        }
+    }
+}
+
+impl FromStr for RollupGroup {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "model" => Ok(RollupGroup::Model),
+            "endpoint" => Ok(RollupGroup::Endpoint),
+            "key" => Ok(RollupGroup::Key),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Whole UTC days `[from, until)` of one organization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DayRange {
+    pub org_id: Uuid,
+    pub from: chrono::NaiveDate,
+    /// Exclusive.
+    pub until: chrono::NaiveDate,
+}
+
+impl DayRange {
+    /// The range's first instant (midnight UTC of `from`).
+    pub fn start(&self) -> DateTime<Utc> {
+        self.from.and_time(chrono::NaiveTime::MIN).and_utc()
+    }
+
+    /// The instant just after the range (midnight UTC of `until`).
+    pub fn end(&self) -> DateTime<Utc> {
+        self.until.and_time(chrono::NaiveTime::MIN).and_utc()
+    }
+
+    /// The range of the same length just before this one.
+    pub fn previous(&self) -> DayRange {
+        let length = self.until - self.from;
+        DayRange {
+            org_id: self.org_id,
+            from: self.from - length,
+            until: self.from,
+        }
+    }
+}
+
+/// Sums over a set of rollup rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, QueryableByName)]
+pub struct RollupSums {
+    #[diesel(sql_type = BigInt)]
+    pub requests: i64,
+    #[diesel(sql_type = BigInt)]
+    pub successes: i64,
+    #[diesel(sql_type = BigInt)]
+    pub credits: i64,
+    #[diesel(sql_type = BigInt)]
+    pub tokens: i64,
+}
+
+/// One group of a [`RollupReport`], with the previous period's sums.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollupRow {
+    /// The model, endpoint or key id (`None`: requests without a key).
+    pub key: Option<String>,
+    pub current: RollupSums,
+    pub previous: RollupSums,
+}
+
+/// One day of a [`RollupReport`] (days without requests are absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollupDay {
+    pub day: chrono::NaiveDate,
+    pub sums: RollupSums,
+}
+
+/// What the usage page shows of a range: the total, each day, each group
+/// (with the same sums over the previous period of the same length), read
+/// in one statement.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RollupReport {
+    pub total: RollupSums,
+    pub previous_total: RollupSums,
+    /// Oldest first.
+    pub days: Vec<RollupDay>,
+    /// By credits used in the range, then requests, most first.
+    pub groups: Vec<RollupRow>,
+}
+
+#[derive(QueryableByName)]
+struct RollupReportRow {
+    /// `GROUPING(day, k)`: 0 = day and group (CSV), 1 = per day, 2 = per group, 3 = all.
+    #[diesel(sql_type = Integer)]
+    grouping: i32,
+    #[diesel(sql_type = Nullable<diesel::sql_types::Date>)]
+    day: Option<chrono::NaiveDate>,
+    #[diesel(sql_type = Nullable<Text>)]
+    k: Option<String>,
+    #[diesel(embed)]
+    current: RollupSums,
+    #[diesel(sql_type = BigInt)]
+    prev_requests: i64,
+    #[diesel(sql_type = BigInt)]
+    prev_successes: i64,
+    #[diesel(sql_type = BigInt)]
+    prev_credits: i64,
+    #[diesel(sql_type = BigInt)]
+    prev_tokens: i64,
+}
+
+impl RollupReportRow {
+    fn previous(&self) -> RollupSums {
+        RollupSums {
+            requests: self.prev_requests,
+            successes: self.prev_successes,
+            credits: self.prev_credits,
+            tokens: self.prev_tokens,
+        }
+    }
+}
+
+/// The rollup rows of `[previous.from, range.until)` grouped by the sets
+/// given, the current range's sums apart from the previous period's.
+fn rollup_sql(group: RollupGroup, sets: &str) -> String {
+    let k = group.column();
+    format!(
+        "SELECT GROUPING(day, k) AS grouping, day, k,
+                COALESCE(sum(requests) FILTER (WHERE cur), 0)::bigint AS requests,
+                COALESCE(sum(successes) FILTER (WHERE cur), 0)::bigint AS successes,
+                COALESCE(sum(credits) FILTER (WHERE cur), 0)::bigint AS credits,
+                COALESCE(sum(total_tokens) FILTER (WHERE cur), 0)::bigint AS tokens,
+                COALESCE(sum(requests) FILTER (WHERE NOT cur), 0)::bigint AS prev_requests,
+                COALESCE(sum(successes) FILTER (WHERE NOT cur), 0)::bigint AS prev_successes,
+                COALESCE(sum(credits) FILTER (WHERE NOT cur), 0)::bigint AS prev_credits,
+                COALESCE(sum(total_tokens) FILTER (WHERE NOT cur), 0)::bigint AS prev_tokens
+         FROM (SELECT day, {k} AS k, day >= $3 AS cur, requests, successes, credits, total_tokens
+                 FROM usage_daily
+                WHERE org_id = $1 AND day >= $2 AND day < $4) AS r
+         GROUP BY GROUPING SETS ({sets})"
+    )
+}
+
+fn rollup_query(
+    sql: String,
+    range: &DayRange,
+    previous_from: chrono::NaiveDate,
+) -> BoxedSqlQuery<'static, Pg, SqlQuery> {
+    diesel::sql_query(sql)
+        .into_boxed()
+        .bind::<diesel::sql_types::Uuid, _>(range.org_id)
+        .bind::<diesel::sql_types::Date, _>(previous_from)
+        .bind::<diesel::sql_types::Date, _>(range.from)
+        .bind::<diesel::sql_types::Date, _>(range.until)
+}
+
+/// The usage page's figures for `range`, grouped by `group`: one statement
+/// over the rollups of the range and of the period before it.
+pub async fn rollup_report(
+    conn: &mut AsyncPgConnection,
+    range: &DayRange,
+    group: RollupGroup,
+) -> Result<RollupReport, DbError> {
+    let sql = rollup_sql(group, "(day), (k), ()");
+    let rows: Vec<RollupReportRow> = rollup_query(sql, range, range.previous().from)
+        .load(conn)
+        .await?;
+    let mut report = RollupReport::default();
+    for row in rows {
+        match row.grouping {
+            1 => {
+                // Days of the previous period only feed the comparison.
+                if let Some(day) = row.day.filter(|day| *day >= range.from) {
+                    report.days.push(RollupDay {
+                        day,
+                        sums: row.current,
+                    });
+                }
+            }
+            2 => report.groups.push(RollupRow {
+                key: row.k.clone(),
+                previous: row.previous(),
+                current: row.current,
+            }),
+            _ => {
+                report.previous_total = row.previous();
+                report.total = row.current;
+            }
+        }
+    }
+    report.days.sort_by_key(|d| d.day);
+    report.groups.sort_by(|a, b| {
+        (b.current.credits, b.current.requests, b.previous.credits)
+            .cmp(&(a.current.credits, a.current.requests, a.previous.credits))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    // A group seen only in the previous period has no row of its own.
+    report
+        .groups
+        .retain(|g| g.current.requests > 0 || g.previous.requests > 0);
+    Ok(report)
+}
+
+/// One day and group of a range, for the CSV export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollupCell {
+    pub day: chrono::NaiveDate,
+    pub key: Option<String>,
+    pub sums: RollupSums,
+}
+
+/// Every (day, group) of `range` with requests, by day then group: the rows
+/// sum to the range's total.
+pub async fn rollup_cells(
+    conn: &mut AsyncPgConnection,
+    range: &DayRange,
+    group: RollupGroup,
+) -> Result<Vec<RollupCell>, DbError> {
+    let sql = format!(
+        "{} ORDER BY day, k NULLS FIRST",
+        rollup_sql(group, "(day, k)")
+    );
+    let rows: Vec<RollupReportRow> = rollup_query(sql, range, range.from).load(conn).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            Some(RollupCell {
+                day: row.day?,
+                key: row.k,
+                sums: row.current,
+            })
+        })
+        .collect())
+}

@@ -305,6 +305,8 @@ pub async fn replay_failed(
 pub struct DeliveryLog {
     pub delivery: WebhookDelivery,
     pub event_type: String,
+    /// The job the event is about (`jobId` of `generation.*` events).
+    pub job_id: Option<Uuid>,
     pub attempts: Vec<WebhookAttempt>,
 }
 
@@ -317,34 +319,109 @@ pub async fn recent_deliveries(
     status: Option<&str>,
     limit: i64,
 ) -> Result<Vec<DeliveryLog>, DbError> {
-    conn.build_transaction()
-        .read_only()
-        .repeatable_read()
-        .run(async |conn| read_deliveries(conn, webhook_id, status, limit).await)
-        .await
+    deliveries_page(conn, webhook_id, status, None, limit).await
 }
 
-async fn read_deliveries(
+/// A keyset page of a webhook's deliveries, newest first: those older than
+/// `before` (the previous page's last `(created_at, id)`), through
+/// `webhook_deliveries_webhook_idx`; with their attempts, in one snapshot.
+pub async fn deliveries_page(
     conn: &mut AsyncPgConnection,
     webhook_id: Uuid,
     status: Option<&str>,
+    before: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<DeliveryLog>, DbError> {
-    let mut query = webhook_deliveries::table
-        .inner_join(events::table)
-        .filter(webhook_deliveries::webhook_id.eq(webhook_id))
-        .order((
-            webhook_deliveries::created_at.desc(),
-            webhook_deliveries::id.desc(),
-        ))
-        .limit(limit)
-        .select((WebhookDelivery::as_select(), events::kind))
-        .into_boxed();
-    if let Some(status) = status {
-        query = query.filter(webhook_deliveries::status.eq(status.to_owned()));
-    }
-    let rows: Vec<(WebhookDelivery, String)> = query.load(conn).await?;
-    let ids: Vec<Uuid> = rows.iter().map(|(d, _)| d.id).collect();
+    conn.build_transaction()
+        .read_only()
+        .repeatable_read()
+        .run(async |conn| {
+            let mut query = webhook_deliveries::table
+                .inner_join(events::table)
+                .filter(webhook_deliveries::webhook_id.eq(webhook_id))
+                .order((
+                    webhook_deliveries::created_at.desc(),
+                    webhook_deliveries::id.desc(),
+                ))
+                .limit(limit)
+                .select((
+                    WebhookDelivery::as_select(),
+                    events::kind,
+                    events::data.retrieve_as_text("jobId").nullable(),
+                ))
+                .into_boxed();
+            if let Some(status) = status {
+                query = query.filter(webhook_deliveries::status.eq(status.to_owned()));
+            }
+            if let Some((at, id)) = before {
+                query = query.filter(
+                    webhook_deliveries::created_at
+                        .lt(at)
+                        .or(webhook_deliveries::created_at
+                            .eq(at)
+                            .and(webhook_deliveries::id.lt(id))),
+                );
+            }
+            let rows: Vec<(WebhookDelivery, String, Option<String>)> = query.load(conn).await?;
+            with_attempts(conn, rows).await
+        })
+        .await
+}
+
+/// The deliveries of one job's events (to any webhook of the organization),
+/// oldest first, with the webhook's name and their attempts; read through
+/// `events_job_idx`.
+pub async fn deliveries_for_job(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    job_id: Uuid,
+) -> Result<Vec<(String, DeliveryLog)>, DbError> {
+    conn.build_transaction()
+        .read_only()
+        .repeatable_read()
+        .run(async |conn| {
+            let rows: Vec<(WebhookDelivery, String, Option<String>, String)> =
+                webhook_deliveries::table
+                    .inner_join(events::table)
+                    .inner_join(webhooks::table)
+                    .filter(events::org_id.eq(org_id))
+                    .filter(events::data.has_key("jobId"))
+                    .filter(
+                        events::data
+                            .retrieve_as_text("jobId")
+                            .eq(job_id.to_string()),
+                    )
+                    .order((
+                        webhook_deliveries::created_at.asc(),
+                        webhook_deliveries::id.asc(),
+                    ))
+                    .limit(200)
+                    .select((
+                        WebhookDelivery::as_select(),
+                        events::kind,
+                        events::data.retrieve_as_text("jobId").nullable(),
+                        webhooks::name,
+                    ))
+                    .load(conn)
+                    .await?;
+            let mut names = Vec::with_capacity(rows.len());
+            let mut bare = Vec::with_capacity(rows.len());
+            for (delivery, kind, job, name) in rows {
+                names.push(name);
+                bare.push((delivery, kind, job));
+            }
+            let logs = with_attempts(conn, bare).await?;
+            Ok(names.into_iter().zip(logs).collect())
+        })
+        .await
+}
+
+/// The rows with their attempts (one query for all of them).
+async fn with_attempts(
+    conn: &mut AsyncPgConnection,
+    rows: Vec<(WebhookDelivery, String, Option<String>)>,
+) -> Result<Vec<DeliveryLog>, DbError> {
+    let ids: Vec<Uuid> = rows.iter().map(|(d, _, _)| d.id).collect();
     let attempts: Vec<WebhookAttempt> = webhook_attempts::table
         .filter(webhook_attempts::delivery_id.eq_any(&ids))
         .order((
@@ -356,7 +433,7 @@ async fn read_deliveries(
         .await?;
     Ok(rows
         .into_iter()
-        .map(|(delivery, event_type)| {
+        .map(|(delivery, event_type, job)| {
             let attempts = attempts
                 .iter()
                 .filter(|a| a.delivery_id == delivery.id)
@@ -365,10 +442,65 @@ async fn read_deliveries(
             DeliveryLog {
                 delivery,
                 event_type,
+                job_id: job.and_then(|j| j.parse().ok()),
                 attempts,
             }
         })
         .collect())
+}
+
+/// How many deliveries [`replay_failed`] with the same arguments would
+/// attempt again now.
+pub async fn count_failed_since(
+    conn: &mut AsyncPgConnection,
+    webhook_id: Uuid,
+    since: DateTime<Utc>,
+) -> Result<i64, DbError> {
+    Ok(webhook_deliveries::table
+        .inner_join(events::table)
+        .filter(webhook_deliveries::webhook_id.eq(webhook_id))
+        .filter(webhook_deliveries::status.eq("failed"))
+        .filter(events::created_at.ge(since))
+        .count()
+        .get_result(conn)
+        .await?)
+}
+
+/// A webhook of the organization, as an action that sends something now
+/// (test, redeliver, replay) finds it: a disabled one makes no attempts.
+#[derive(Debug)]
+pub enum SendTarget {
+    Enabled(Box<Webhook>),
+    Disabled,
+    NotFound,
+}
+
+pub async fn find_send_target(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: Uuid,
+) -> Result<SendTarget, DbError> {
+    Ok(match find_for_org(conn, org_id, id).await? {
+        None => SendTarget::NotFound,
+        Some(webhook) if !webhook.enabled => SendTarget::Disabled,
+        Some(webhook) => SendTarget::Enabled(Box::new(webhook)),
+    })
+}
+
+/// Records a `webhook.test` event and its delivery to this webhook only
+/// (nobody subscribes to the kind: the insert fans out to no one), in one
+/// transaction. The caller wakes the delivery after the commit.
+pub async fn send_test_event(
+    conn: &mut AsyncPgConnection,
+    webhook: &Webhook,
+) -> Result<Event, DbError> {
+    let event = crate::events::webhook_test(webhook.org_id, webhook.id);
+    conn.transaction::<_, DbError, _>(async |conn| {
+        crate::queries::events::insert(conn, &event).await?;
+        insert_delivery(conn, webhook.id, event.id).await
+    })
+    .await?;
+    Ok(event)
 }
 
 /// A delivery claimed for one attempt, with what the attempt needs.
@@ -511,6 +643,8 @@ pub async fn record_attempt(
         duration_ms: i32::try_from(outcome.duration.as_millis()).unwrap_or(i32::MAX),
         status_code,
         error: outcome.error.clone(),
+        request_headers: outcome.request_headers.clone(),
+        response_body: outcome.response_body.clone(),
     };
     let ours = webhook_deliveries::table.filter(
         webhook_deliveries::id
@@ -710,7 +844,15 @@ pub struct AttemptOutcome {
     pub duration: Duration,
     /// The receiver's `Retry-After` on a 429 or 503 answer.
     pub retry_after: Option<Duration>,
+    /// The request headers sent (name -> value), signatures included; an
+    /// empty object when nothing was sent.
+    pub request_headers: serde_json::Value,
+    /// The first [`RESPONSE_BODY_KEPT`] bytes of the answer, when there was one.
+    pub response_body: Option<String>,
 }
+
+/// How much of a receiver's answer an attempt keeps.
+pub const RESPONSE_BODY_KEPT: usize = 1024;
 
 impl AttemptOutcome {
     pub fn succeeded(&self) -> bool {
@@ -749,6 +891,8 @@ mod tests {
             error: None,
             duration: Duration::ZERO,
             retry_after: retry_after.map(Duration::from_secs),
+            request_headers: serde_json::Value::Null,
+            response_body: None,
         }
     }
 

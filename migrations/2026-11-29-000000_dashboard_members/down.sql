@@ -1,0 +1,3 @@
+DROP TABLE login_failures;
+DROP TABLE dashboard_sessions;
+DROP TABLE members;
