@@ -2,6 +2,7 @@
 //! later benchmarks join as new subcommands sharing the load generator.
 
 mod chat_overhead;
+mod dashboard;
 mod fake_upstream;
 mod jobs;
 mod jobs_throughput;
@@ -49,7 +50,13 @@ picks another tool and --model a model. With UNIGEN_CONFIG=bench/unigen-bench.to
 --model bench/noop answers a stored output (no rendering, no upstream: the
 pipeline alone; each worker renders the first job of a shape):
 
-  unigen-bench jobs-throughput --key sk_... --tool video --model bench/noop";
+  unigen-bench jobs-throughput --key sk_... --tool video --model bench/noop
+
+The dashboard's pages (server time per page; seeds an organization first):
+
+  unigen-bench dashboard --email dev@unigen.local --password ... \\
+      --database-url postgres://postgres@127.0.0.1:5432/unigen --org <uuid> \\
+      --seed-jobs 100000 --seed-usage 1000000 --json dashboard.json";
 
 #[derive(Parser)]
 #[command(name = "unigen-bench", version, about, after_help = WORKFLOW)]
@@ -81,6 +88,11 @@ enum Command {
         after_help = "Start the stack allowing an http receiver on loopback:\n  UNIGEN__WEBHOOKS__ALLOW_PRIVATE_ADDRESSES=true scripts/dev-up\nthen: unigen-bench webhook-latency --key sk_... --rate 100 --duration 10\nThe benchmark serves the receiver (--receiver-port), registers it for generation.completed, and removes it at the end."
     )]
     WebhookLatency(webhook_latency::Args),
+    /// Server time of every dashboard page (p50/p95/max), optionally after seeding jobs and usage.
+    #[command(
+        after_help = "Sign-in is a member's (scripts/dev-up prints the dev owner's email and password).\nSeeding inserts into --org with server-side INSERT ... SELECT (generate_series), spread over --days days,\nthen checks the usage rollups against the records. Seed a stack that runs the API only, or whose\nscheduler keeps jobs (UNIGEN__JOBS__RETENTION_SECONDS=0): seeded jobs reach back --days days.\n  unigen-bench dashboard --email dev@unigen.local --password ... --database-url postgres://postgres@127.0.0.1:5432/unigen \\\n      --org <uuid> --seed-jobs 100000 --seed-usage 1000000\nthen measure again without the --seed-* options (and without --database-url to skip the rollup check)."
+    )]
+    Dashboard(dashboard::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -91,6 +103,7 @@ fn main() -> anyhow::Result<()> {
         Command::SyncOverhead(args) => sync_overhead::run(args),
         Command::LongPoll(args) => long_poll::run(args),
         Command::WebhookLatency(args) => webhook_latency::run(args),
+        Command::Dashboard(args) => dashboard::run(args),
     }
 }
 

@@ -97,6 +97,11 @@ impl Browser {
         let (_, html) = self.page(token_from).await;
         let token = csrf_token(&html).expect("a csrf_token on the page");
         let mut all = vec![("csrf_token", token.as_str())];
+        // A form that shows a secret once carries a one-time id as well.
+        let form_id = hidden_value(&html, "form_id");
+        if let Some(form_id) = &form_id {
+            all.push(("form_id", form_id.as_str()));
+        }
         all.extend_from_slice(fields);
         self.post_raw(path, &all).await
     }
@@ -114,8 +119,14 @@ impl Browser {
 
 /// The value of the first `name="csrf_token"` field in a page.
 pub fn csrf_token(html: &str) -> Option<String> {
-    let at = html.find("name=\"csrf_token\" value=\"")?;
-    let rest = &html[at + "name=\"csrf_token\" value=\"".len()..];
+    hidden_value(html, "csrf_token")
+}
+
+/// The value of the first `name="{name}"` field (`value` right after it).
+pub fn hidden_value(html: &str, name: &str) -> Option<String> {
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = html.find(&marker)?;
+    let rest = &html[at + marker.len()..];
     Some(rest[..rest.find('"')?].to_owned())
 }
 

@@ -14,6 +14,7 @@ pub mod error;
 pub mod form;
 pub mod headers;
 pub mod layout;
+pub mod once;
 pub mod pages;
 pub mod roles;
 pub mod session;

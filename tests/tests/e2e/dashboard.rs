@@ -3,7 +3,7 @@
 
 use reqwest::StatusCode;
 use serde_json::json;
-use unigen_tests::dashboard::{PASSWORD, csrf_token, element_text};
+use unigen_tests::dashboard::{PASSWORD, csrf_token, element_text, hidden_value};
 use unigen_tests::{TestApp, TestOptions};
 
 async fn app() -> TestApp {
@@ -741,5 +741,67 @@ async fn an_admin_can_neither_remove_nor_demote_nor_make_an_owner() {
             .await
             .unwrap()
             .contains("at least one owner")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resubmitted_create_form_makes_no_second_key_or_webhook_and_shows_no_secret() {
+    let app = app().await;
+    let (owner, _) = app.signed_in("owner").await;
+    let before = count_keys(&app).await;
+    let (_, form) = owner.page("/keys/new").await;
+    let token = csrf_token(&form).expect("a csrf token");
+    let form_id = hidden_value(&form, "form_id").expect("a one-time form id");
+    let fields = [
+        ("csrf_token", token.as_str()),
+        ("form_id", form_id.as_str()),
+        ("name", "once"),
+        ("scope", "usage"),
+    ];
+    let first = owner.post_raw("/keys", &fields).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.text().await.unwrap().contains("new-key-value"));
+    // What a reload of the answer sends: the same form again.
+    let again = owner.post_raw("/keys", &fields).await;
+    assert_eq!(again.status(), StatusCode::BAD_REQUEST);
+    let html = again.text().await.unwrap();
+    assert!(html.contains("already sent"), "{html}");
+    assert!(!html.contains("new-key-value"), "{html}");
+    assert_eq!(count_keys(&app).await, before + 1);
+    // Without the form's id (an old page): refused, nothing made.
+    let stale = owner
+        .post_raw(
+            "/keys",
+            &[
+                ("csrf_token", token.as_str()),
+                ("name", "stale"),
+                ("scope", "usage"),
+            ],
+        )
+        .await;
+    assert_eq!(stale.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(count_keys(&app).await, before + 1);
+
+    // The same for a webhook and its signing secret.
+    let (_, page) = owner.page("/webhooks").await;
+    let form_id = hidden_value(&page, "form_id").expect("a one-time form id");
+    let fields = [
+        ("csrf_token", token.as_str()),
+        ("form_id", form_id.as_str()),
+        ("name", "once"),
+        ("url", "https://example.com/hook"),
+        ("events", "generation.completed"),
+    ];
+    let first = owner.post_raw("/webhooks", &fields).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.text().await.unwrap().contains("webhook-secret"));
+    let again = owner.post_raw("/webhooks", &fields).await;
+    assert_eq!(again.status(), StatusCode::BAD_REQUEST);
+    assert!(!again.text().await.unwrap().contains("webhook-secret"));
+    assert_eq!(
+        app.db
+            .scalar_i64("SELECT count(*) FROM webhooks WHERE name = 'once'")
+            .await,
+        1
     );
 }

@@ -11,6 +11,7 @@ mod bombs;
 mod chat;
 mod clients;
 mod dashboard;
+mod dashboard_browser;
 mod dashboard_pages;
 mod deadlines;
 mod elevenlabs;

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::error::DashError;
 use crate::form::Posted;
 use crate::layout::Chrome;
+use crate::once::{self, OnceForm, Submission};
 use crate::session::SignedIn;
 use crate::{DashboardState, parse_id, render, see_other};
 
@@ -165,6 +166,8 @@ struct NewKeyPage {
     name: String,
     expires: String,
     error: Option<String>,
+    /// One-time id: a resubmission (reload) creates no second key.
+    form_id: String,
 }
 
 /// The scopes the organization's plan offers.
@@ -181,8 +184,8 @@ fn new_key_page(
     name: &str,
     expires: &str,
     error: Option<String>,
-) -> NewKeyPage {
-    NewKeyPage {
+) -> Result<NewKeyPage, DashError> {
+    Ok(NewKeyPage {
         chrome: signed_in.chrome("keys", "Create key"),
         scopes: offered
             .iter()
@@ -196,7 +199,8 @@ fn new_key_page(
             .collect(),
         expires: expires.chars().take(40).collect(),
         error,
-    }
+        form_id: once::new_form_id()?,
+    })
 }
 
 async fn new_key(
@@ -205,7 +209,7 @@ async fn new_key(
 ) -> Result<HttpResponse, DashError> {
     signed_in.require(signed_in.role().can_manage_keys())?;
     let offered = offered_scopes(&state, signed_in.org_id()).await?;
-    render(&new_key_page(&signed_in, &offered, &[], "", "", None))
+    render(&new_key_page(&signed_in, &offered, &[], "", "", None)?)
 }
 
 #[derive(Template)]
@@ -238,7 +242,7 @@ async fn create_key(
     let name = form.get("name").unwrap_or("");
     let expires = form.get("expires").unwrap_or("").trim();
     let refuse = |status: StatusCode, message: String| -> Result<HttpResponse, DashError> {
-        let page = new_key_page(&signed_in, &offered, &checked, name, expires, Some(message));
+        let page = new_key_page(&signed_in, &offered, &checked, name, expires, Some(message))?;
         Ok(HttpResponse::build(status)
             .content_type("text/html; charset=utf-8")
             .body(page.render()?))
@@ -271,21 +275,43 @@ async fn create_key(
             format!("Scopes: the organization's plan does not offer the `{scope}` scope."),
         );
     }
+    let once = match OnceForm::claim(&state, &signed_in, &form, "key").await? {
+        Submission::First(once) => once,
+        Submission::Repeated => {
+            return Err(DashError::BadRequest(
+                "This form was already sent: its key was created, and its value is not shown again."
+                    .into(),
+            ));
+        }
+    };
     let material = ApiKeyMaterial::generate().map_err(DashError::internal)?;
-    let mut conn = state.pool.get().await.map_err(DbError::from)?;
-    let created = queries::keys::insert(
-        &mut conn,
-        &NewApiKey {
-            id: Uuid::now_v7(),
-            org_id: signed_in.org_id(),
-            name: &key.name,
-            key_hash: &material.hash,
-            key_prefix: &material.display_prefix,
-            scopes: key.scope_names(),
-            expires_at: key.expires_at,
-        },
-    )
-    .await?;
+    let inserted = async {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::keys::insert(
+            &mut conn,
+            &NewApiKey {
+                id: Uuid::now_v7(),
+                org_id: signed_in.org_id(),
+                name: &key.name,
+                key_hash: &material.hash,
+                key_prefix: &material.display_prefix,
+                scopes: key.scope_names(),
+                expires_at: key.expires_at,
+            },
+        )
+        .await
+    }
+    .await;
+    let created = match inserted {
+        Ok(created) => {
+            once.done(&state, &signed_in).await?;
+            created
+        }
+        Err(err) => {
+            once.release(&state, &signed_in).await?;
+            return Err(err.into());
+        }
+    };
     tracing::info!(key.id = %created.id, member.id = %signed_in.member.id, "key created from the dashboard");
     render(&CreatedPage {
         chrome: signed_in.chrome("keys", "Key created"),

@@ -22,6 +22,7 @@ use super::cursor;
 use crate::error::DashError;
 use crate::form::Posted;
 use crate::layout::Chrome;
+use crate::once::{self, OnceForm, Submission};
 use crate::session::SignedIn;
 use crate::{DashboardState, parse_id, render, see_other};
 
@@ -158,6 +159,8 @@ struct WebhooksPage {
     event_kinds: &'static [&'static str],
     /// Just created: the webhook and its secret, shown once.
     created: Option<(String, String)>,
+    /// One-time id of the create form: a resubmission creates nothing.
+    form_id: String,
 }
 
 async fn list_webhooks(
@@ -174,6 +177,7 @@ async fn list_webhooks(
         rows: webhooks.iter().map(WebhookRow::of).collect(),
         event_kinds: rules::EVENT_KINDS,
         created: None,
+        form_id: once::new_form_id()?,
     })
 }
 
@@ -206,23 +210,43 @@ async fn create_webhook(
         secret: &secret,
         headers: &headers,
     };
-    let (created, webhooks) = {
+    let once = match OnceForm::claim(&state, &signed_in, &form, "webhook").await? {
+        Submission::First(once) => once,
+        Submission::Repeated => {
+            return Err(DashError::BadRequest(
+                "This form was already sent: its webhook was created, and its signing secret is not shown again."
+                    .into(),
+            ));
+        }
+    };
+    let outcome = async {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        let created = match queries::webhooks::create_within_plan(&mut conn, &new).await? {
-            CreateOutcome::Created(webhook) => webhook,
-            CreateOutcome::NotOnPlan { plan } => {
-                return Err(DashError::BadRequest(format!(
-                    "Webhooks are not available on the {plan} plan."
-                )));
-            }
-            CreateOutcome::LimitReached { plan, max } => {
-                return Err(DashError::BadRequest(format!(
-                    "Webhook limit reached: the {plan} plan allows {max} webhooks."
-                )));
-            }
-        };
-        let webhooks = queries::webhooks::list_for_org(&mut conn, signed_in.org_id()).await?;
-        (created, webhooks)
+        queries::webhooks::create_within_plan(&mut conn, &new).await
+    }
+    .await;
+    let refused = match outcome {
+        Ok(CreateOutcome::Created(webhook)) => Ok(webhook),
+        Ok(CreateOutcome::NotOnPlan { plan }) => Err(DashError::BadRequest(format!(
+            "Webhooks are not available on the {plan} plan."
+        ))),
+        Ok(CreateOutcome::LimitReached { plan, max }) => Err(DashError::BadRequest(format!(
+            "Webhook limit reached: the {plan} plan allows {max} webhooks."
+        ))),
+        Err(err) => Err(err.into()),
+    };
+    let created = match refused {
+        Ok(created) => {
+            once.done(&state, &signed_in).await?;
+            created
+        }
+        Err(err) => {
+            once.release(&state, &signed_in).await?;
+            return Err(err);
+        }
+    };
+    let webhooks = {
+        let mut conn = state.pool.get().await.map_err(DbError::from)?;
+        queries::webhooks::list_for_org(&mut conn, signed_in.org_id()).await?
     };
     // Shown in this answer only: the page is `no-store` and is never
     // rendered with the secret again.
@@ -232,6 +256,7 @@ async fn create_webhook(
         rows: webhooks.iter().map(WebhookRow::of).collect(),
         event_kinds: rules::EVENT_KINDS,
         created: Some((created.name.clone(), created.secret.clone())),
+        form_id: once::new_form_id()?,
     })
 }
 
