@@ -49,6 +49,26 @@ impl Caller {
     }
 }
 
+/// The paths of Anthropic's Messages API, whose SDKs send the key in
+/// `x-api-key` rather than `Authorization: Bearer`.
+const X_API_KEY_PATHS: [&str; 4] = [
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/api/v1/messages",
+    "/api/v1/messages/count_tokens",
+];
+
+/// The key of `Authorization: Bearer`, or on the Messages API's paths of
+/// `x-api-key`.
+fn api_key(req: &HttpRequest) -> Option<&str> {
+    bearer_token(req).or_else(|| {
+        if !X_API_KEY_PATHS.contains(&req.path()) {
+            return None;
+        }
+        req.headers().get("x-api-key")?.to_str().ok().map(str::trim)
+    })
+}
+
 fn bearer_token(req: &HttpRequest) -> Option<&str> {
     let value = req
         .headers()
@@ -69,7 +89,7 @@ impl FromRequest for Caller {
         if let Some(caller) = req.extensions().get::<Caller>().cloned() {
             return Box::pin(async move { Ok(caller) });
         }
-        let token = bearer_token(req).map(str::to_owned);
+        let token = api_key(req).map(str::to_owned);
         let state = req.app_data::<web::Data<AppState>>().cloned();
         let charges = req
             .extensions()
@@ -162,6 +182,28 @@ mod tests {
             bearer_token(&TestRequest::default().to_http_request()),
             None
         );
+    }
+
+    #[test]
+    fn x_api_key_is_read_on_the_messages_paths_only() {
+        let with_key = |path: &str| {
+            TestRequest::post()
+                .uri(path)
+                .insert_header(("x-api-key", "sk_abc"))
+                .to_http_request()
+        };
+        assert_eq!(api_key(&with_key("/v1/messages")), Some("sk_abc"));
+        assert_eq!(
+            api_key(&with_key("/api/v1/messages/count_tokens")),
+            Some("sk_abc")
+        );
+        assert_eq!(api_key(&with_key("/api/v1/chat/completions")), None);
+        let both = TestRequest::post()
+            .uri("/v1/messages")
+            .insert_header(("x-api-key", "sk_other"))
+            .insert_header(("Authorization", "Bearer sk_abc"))
+            .to_http_request();
+        assert_eq!(api_key(&both), Some("sk_abc"), "Bearer wins");
     }
 
     #[test]

@@ -235,6 +235,11 @@ pub async fn spawn(
                     .wrap(actix_web::middleware::from_fn(metering::credit_headers))
                     .configure(routes::configure_v1),
             )
+            .service(
+                utoipa_actix_web::scope("/v1")
+                    .wrap(actix_web::middleware::from_fn(metering::credit_headers))
+                    .configure(routes::configure_root_v1),
+            )
             .split_for_parts();
         let app = match &dashboard {
             Some(dashboard) => app.configure(unigen_dashboard::configure(dashboard.clone())),

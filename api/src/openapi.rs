@@ -1,5 +1,6 @@
 //! The OpenAPI 3.1 document: paths are collected from the route table.
 
+pub mod messages;
 pub mod schemas;
 
 use unigen_core::domain::ModelCategory;
@@ -28,6 +29,8 @@ request rate or the plan's concurrent requests; `Retry-After` says when to retry
         (name = "music", description = "Music generation"),
         (name = "models", description = "The model catalogue"),
         (name = "chat", description = "Chat completions (OpenAI format, SSE streaming)"),
+        (name = "responses", description = "OpenAI's Responses API (`client.responses`, the OpenAI Agents SDK): bridged through chat completions with the same models, keys, scope `chat`, metering and fallbacks; stored responses, `previous_response_id`, typed SSE events"),
+        (name = "messages", description = "Anthropic's Messages API (Anthropic SDKs, Claude Code): at `/v1/messages` and `/api/v1/messages`, with `x-api-key` or `Authorization: Bearer`; errors in Anthropic's shape (`AnthropicErrorBody`)"),
         (name = "embeddings", description = "Embeddings (OpenAI format)"),
         (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
@@ -48,6 +51,13 @@ impl Modify for BearerAuth {
         let mut http = Http::new(HttpAuthScheme::Bearer);
         http.bearer_format = Some("sk_ followed by 64 hex characters".into());
         components.add_security_scheme("bearer", SecurityScheme::Http(http));
+        // Anthropic's SDKs send the key in `x-api-key` (the /messages routes).
+        components.add_security_scheme(
+            "x-api-key",
+            SecurityScheme::ApiKey(utoipa::openapi::security::ApiKey::Header(
+                utoipa::openapi::security::ApiKeyValue::new("x-api-key"),
+            )),
+        );
     }
 }
 
@@ -59,6 +69,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
         .into_utoipa_app()
         .openapi(ApiDoc::openapi())
         .service(utoipa_actix_web::scope("/api/v1").configure(crate::routes::configure_v1))
+        .service(utoipa_actix_web::scope("/v1").configure(crate::routes::configure_root_v1))
         .split_for_parts();
     let mut doc = doc;
     AuthenticatedErrors.modify(&mut doc);
@@ -140,6 +151,14 @@ impl Modify for AuthenticatedErrors {
                 if operation.security.as_ref().is_none_or(Vec::is_empty) {
                     continue;
                 }
+                // Anthropic's Messages API lists its own, in Anthropic's shape.
+                if operation
+                    .tags
+                    .as_ref()
+                    .is_some_and(|tags| tags.iter().any(|t| t == "messages"))
+                {
+                    continue;
+                }
                 for (status, description) in AUTHENTICATED_ERRORS {
                     let mut response = ResponseBuilder::new().description(description).content(
                         "application/json",
@@ -200,7 +219,8 @@ impl Modify for IdempotentPosts {
             ),
         ];
         for (path, item) in openapi.paths.paths.iter_mut() {
-            if !crate::idempotency::applies_to(path) {
+            // The root `/v1` routes (Anthropic's) have no Idempotency-Key.
+            if !path.starts_with("/api/v1/") || !crate::idempotency::applies_to(path) {
                 continue;
             }
             let Some(operation) = item.post.as_mut() else {
@@ -283,7 +303,8 @@ impl Modify for IdempotentPosts {
 
 /// The routes whose body names a model, the `(category, capability)` of the
 /// models each accepts (as `Catalogue::resolve_capable` checks them).
-const MODEL_ROUTES: [(&str, &str, ModelCategory, Option<&str>); 11] = [
+const MODEL_ROUTES: [(&str, &str, ModelCategory, Option<&str>); 12] = [
+    ("/api/v1/responses", "post", ModelCategory::Chat, None),
     (
         "/api/v1/chat/completions",
         "post",
@@ -571,6 +592,29 @@ fn refine(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
         }});
     }
     if let Some(content) =
+        value.pointer_mut("/paths/~1api~1v1~1responses/post/responses/200/content")
+    {
+        content["text/event-stream"] = json!({"schema": {
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"type": "string", "description": "The event's `type`: `response.created`, `response.in_progress`, `response.output_item.added`, `response.content_part.added`, `response.output_text.delta`, `response.output_text.done`, `response.content_part.done`, `response.function_call_arguments.delta`, `response.function_call_arguments.done`, `response.output_item.done`, then `response.completed`, `response.incomplete` or `response.failed`"},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {
+                        "type": "object",
+                        "required": ["type", "sequence_number"],
+                        "properties": {
+                            "type": {"type": "string"},
+                            "sequence_number": {"type": "integer", "minimum": 0}
+                        }
+                    }
+                }
+            }
+        }});
+    }
+    if let Some(content) =
         value.pointer_mut("/paths/~1api~1v1~1jobs~1{id}~1events/get/responses/200/content")
     {
         content["text/event-stream"] = json!({"schema": {
@@ -738,7 +782,10 @@ mod tests {
         let doc = super::document();
         assert!(!doc.paths.paths.is_empty());
         for path in doc.paths.paths.keys() {
-            assert!(path.starts_with("/api/v1/"), "{path}");
+            // Anthropic's SDKs send the Messages API to the origin's `/v1`.
+            let anthropic_root =
+                ["/v1/messages", "/v1/messages/count_tokens"].contains(&path.as_str());
+            assert!(path.starts_with("/api/v1/") || anthropic_root, "{path}");
         }
         for path in [
             "/api/v1/webhooks",

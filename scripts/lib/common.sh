@@ -181,7 +181,7 @@ ensure_sdk_python() {
   local stamp="$ROOT/.venv/.sdk-requirements.sha256" wanted
   wanted=$(cat "$ROOT/tests/sdk/requirements.txt" "$ROOT/sidecars/whisper/requirements.txt" | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] \
-    || ! "$ROOT/.venv/bin/python" -c 'import openai, langchain_openai, tiktoken' >/dev/null 2>&1; then
+    || ! "$ROOT/.venv/bin/python" -c 'import openai, langchain_openai, tiktoken, anthropic' >/dev/null 2>&1; then
     "$ROOT/.venv/bin/python" "$ROOT/sidecars/whisper/pins.py" check
     log "installing the Python client SDKs (tests/sdk/requirements.txt) into .venv"
     "$ROOT/.venv/bin/python" -m pip install -q --disable-pip-version-check \

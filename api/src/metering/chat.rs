@@ -45,6 +45,20 @@ pub async fn reserve_tokens(
     params: &mut ChatParams,
     prompt_tokens: u32,
 ) -> Result<ChatMeter, ApiError> {
+    reserve_tokens_at(CHAT_ENDPOINT, state, caller, model, params, prompt_tokens).await
+}
+
+/// [`reserve_tokens`] for a chat completion served through another
+/// protocol's `endpoint` (`/v1/responses`): metered the same way, recorded
+/// under that endpoint.
+pub async fn reserve_tokens_at(
+    endpoint: &'static str,
+    state: &AppState,
+    caller: &Caller,
+    model: &ModelEntry,
+    params: &mut ChatParams,
+    prompt_tokens: u32,
+) -> Result<ChatMeter, ApiError> {
     let multiplier = Bucket::ChatTokens.multiplier(model.tier);
     // Every choice may say `max_tokens`.
     let choices = params.n.max(1);
@@ -64,7 +78,7 @@ pub async fn reserve_tokens(
     let first = SyncReservation::reserve(
         state,
         caller,
-        CHAT_ENDPOINT,
+        endpoint,
         &model.id,
         &estimate(params.max_tokens),
     )
@@ -83,7 +97,7 @@ pub async fn reserve_tokens(
             SyncReservation::reserve(
                 state,
                 caller,
-                CHAT_ENDPOINT,
+                endpoint,
                 &model.id,
                 &estimate(params.max_tokens),
             )

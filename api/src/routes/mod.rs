@@ -17,10 +17,17 @@ mod jobs;
 mod keys;
 mod knowledge;
 mod legacy;
+mod messages;
+mod messages_native;
+mod messages_stream;
 mod models;
 mod multipart;
 mod music;
 pub mod params;
+mod responses;
+mod responses_docs;
+mod responses_stored;
+mod responses_stream;
 mod speech;
 mod transcriptions;
 mod translations;
@@ -47,6 +54,13 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(models::list_models)
         .service(models::get_model)
         .service(chat::create_chat_completion)
+        .service(responses::create_response)
+        .service(responses_stored::get_response)
+        .service(responses_stored::delete_response)
+        .service(responses_stored::cancel_response)
+        .service(responses_stored::list_input_items)
+        .service(messages::create_message)
+        .service(messages::count_message_tokens)
         .service(embeddings::create_embeddings)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
@@ -84,6 +98,14 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(keys::create_key)
         .service(keys::list_keys)
         .service(keys::delete_key);
+}
+
+/// The `/v1` routes at the root, where Anthropic's SDKs and Claude Code
+/// send them (`ANTHROPIC_BASE_URL` is the service's origin); the same
+/// handlers as under `/api/v1`.
+pub fn configure_root_v1(cfg: &mut ServiceConfig) {
+    cfg.service(messages::create_message)
+        .service(messages::count_message_tokens);
 }
 
 /// Routes outside the versioned API.

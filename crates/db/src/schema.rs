@@ -414,3 +414,21 @@ diesel::table! {
 diesel::joinable!(members -> organizations (org_id));
 diesel::joinable!(dashboard_sessions -> members (member_id));
 diesel::allow_tables_to_appear_in_same_query!(members, dashboard_sessions, organizations);
+
+// Stored responses of the Responses API (migration responses).
+diesel::table! {
+    responses (id) {
+        id -> Text,
+        org_id -> Uuid,
+        model -> Text,
+        status -> Text,
+        body -> Jsonb,
+        input_items -> Jsonb,
+        conversation -> Jsonb,
+        previous_response_id -> Nullable<Text>,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::joinable!(responses -> organizations (org_id));
+diesel::allow_tables_to_appear_in_same_query!(responses, organizations);

@@ -15,6 +15,10 @@
 //!   `max_tokens` (required there) is the request's, else 4,096;
 //! - answers and stream events come back as OpenAI completions and chunks:
 //!   `input_json_delta` becomes `delta.tool_calls[].function.arguments`.
+//!
+//! It also speaks the Messages API natively ([`MessagesUpstream`], for the
+//! API's `/v1/messages`): the client's request, its `anthropic-version` and
+//! `anthropic-beta` headers, the answer and the events, untranslated.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -28,7 +32,7 @@ use unigen_core::config::UpstreamSettings;
 use crate::http::{self, Attempt, with_retries};
 use crate::sse;
 use crate::upstream::{Auth, Upstream};
-use crate::vendor::{ChatUpstream, ChunkStream};
+use crate::vendor::{ChatUpstream, ChunkStream, MessagesUpstream};
 
 /// The API version this adapter speaks (Anthropic's documented header).
 pub const API_VERSION: &str = "2023-06-01";
@@ -60,6 +64,53 @@ impl AnthropicClient {
         } else {
             Err(status_failure(response).await)
         }
+    }
+
+    /// The Messages request as sent, with the client's headers.
+    async fn post_native(
+        &self,
+        body: &Value,
+        headers: &reqwest::header::HeaderMap,
+    ) -> Result<reqwest::Response, Attempt> {
+        let url = self.upstream.url("v1/messages");
+        let response = self
+            .upstream
+            .send_with_headers(|http| http.post(url).json(body), headers)
+            .await?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(status_failure(response).await)
+        }
+    }
+
+    async fn native(
+        &self,
+        body: &Value,
+        headers: &[(String, String)],
+    ) -> Result<Value, ProviderError> {
+        let headers = forwarded(headers);
+        with_retries(|| async {
+            let response = self.post_native(body, &headers).await?;
+            response.json::<Value>().await.map_err(|err| {
+                Attempt::permanent(format!(
+                    "the upstream answered an unreadable response: {err}"
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn native_stream(
+        &self,
+        body: &Value,
+        headers: &[(String, String)],
+    ) -> Result<ChunkStream, ProviderError> {
+        let headers = forwarded(headers);
+        let response = with_retries(|| self.post_native(body, &headers)).await?;
+        Ok(Box::pin(native_events(sse::events(
+            response.bytes_stream(),
+        ))))
     }
 
     async fn complete(&self, body: &Value) -> Result<Value, ProviderError> {
@@ -97,6 +148,96 @@ impl ChatUpstream for AnthropicClient {
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
         Box::pin(self.stream(body))
     }
+}
+
+impl MessagesUpstream for AnthropicClient {
+    fn messages<'a>(
+        &'a self,
+        body: &'a Value,
+        headers: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<Value, ProviderError>> {
+        Box::pin(self.native(body, headers))
+    }
+
+    fn messages_stream<'a>(
+        &'a self,
+        body: &'a Value,
+        headers: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
+        Box::pin(self.native_stream(body, headers))
+    }
+}
+
+/// The client's headers that reach Anthropic: `anthropic-version` and
+/// `anthropic-beta` (others, and values that are not valid HTTP, are not).
+fn forwarded(headers: &[(String, String)]) -> reqwest::header::HeaderMap {
+    let mut map = reqwest::header::HeaderMap::new();
+    for (name, value) in headers {
+        let name = name.to_ascii_lowercase();
+        if !matches!(name.as_str(), "anthropic-version" | "anthropic-beta") {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+            reqwest::header::HeaderValue::from_str(value),
+        ) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+/// A stream's `error` event as a failure: overloaded, API, rate-limit and
+/// timeout errors are transient.
+fn event_error(event: &Value) -> ProviderError {
+    let kind = event["error"]["type"].as_str().unwrap_or_default();
+    let message: String = event["error"]["message"]
+        .as_str()
+        .unwrap_or("the upstream stream failed")
+        .chars()
+        .take(200)
+        .collect();
+    match kind {
+        "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error" => {
+            ProviderError::Transient(message)
+        }
+        _ => ProviderError::Permanent(message),
+    }
+}
+
+/// The native stream's events as JSON, ending after `message_stop`; an
+/// `error` event, or a stream that ends before `message_stop`, is an error
+/// that ends it.
+fn native_events(
+    events: impl Stream<Item = Result<sse::Event, ProviderError>> + Send + 'static,
+) -> impl Stream<Item = Result<Value, ProviderError>> + Send {
+    let events = Box::pin(events);
+    futures_util::stream::unfold((events, false), |(mut events, done)| async move {
+        if done {
+            return None;
+        }
+        loop {
+            let item = match events.next().await {
+                None => Err(ProviderError::Transient(
+                    "the upstream stream ended before the message did".into(),
+                )),
+                Some(Err(err)) => Err(err),
+                Some(Ok(event)) => match serde_json::from_str::<Value>(&event.data) {
+                    Ok(data) if data["type"] == "error" => Err(event_error(&data)),
+                    Ok(data) => Ok(data),
+                    Err(_) => {
+                        tracing::debug!("skipping an unreadable stream event");
+                        continue;
+                    }
+                },
+            };
+            let done = match &item {
+                Ok(data) => data["type"] == "message_stop",
+                Err(_) => true,
+            };
+            return Some((item, (events, done)));
+        }
+    })
 }
 
 /// A non-success answer, with Anthropic's `error.message` as the explanation.
@@ -604,21 +745,7 @@ impl StreamState {
                 }));
                 return Ok((out, true));
             }
-            "error" => {
-                let kind = event["error"]["type"].as_str().unwrap_or_default();
-                let message: String = event["error"]["message"]
-                    .as_str()
-                    .unwrap_or("the upstream stream failed")
-                    .chars()
-                    .take(200)
-                    .collect();
-                return Err(match kind {
-                    "overloaded_error" | "api_error" | "rate_limit_error" | "timeout_error" => {
-                        ProviderError::Transient(message)
-                    }
-                    _ => ProviderError::Permanent(message),
-                });
-            }
+            "error" => return Err(event_error(event)),
             // `ping` and events this adapter does not know.
             _ => {}
         }

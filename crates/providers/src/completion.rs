@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
-use unigen_core::ValidationError;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
+use unigen_core::{ProviderError, ValidationError};
 
 use crate::chat::{
-    ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_prompt_tokens,
+    ChatCompletionRequest, ChatMessage, ChatParams, MessageContent, count_request_tokens,
     count_tokens,
 };
 use crate::local::LocalProvider;
@@ -114,7 +114,9 @@ impl ChatService {
         if params.web_search {
             self.ground_in_search_results(&mut params).await?;
         }
-        let prompt_tokens = count_prompt_tokens(&params.messages);
+        // Everything sent upstream (tools, schemas, images), not only the
+        // messages' text: the hold must cover what the upstream will count.
+        let prompt_tokens = count_request_tokens(&params);
         Ok(PreparedChat {
             model,
             params,
@@ -214,6 +216,42 @@ impl ChatService {
         .map_err(upstream_error)
     }
 
+    /// Whether `model`'s upstreams speak Anthropic's Messages API natively
+    /// (the `anthropic` adapter).
+    pub fn speaks_messages(&self, model: &ModelEntry) -> bool {
+        !self.providers.messages(model).is_empty()
+    }
+
+    /// A Messages request (`body`, with the upstream's model name) sent
+    /// unchanged to the model's upstreams, with fallbacks; the answer as
+    /// Anthropic gave it.
+    pub async fn messages(
+        &self,
+        model: &ModelEntry,
+        body: &Value,
+        headers: &[(String, String)],
+    ) -> Result<Value, ProviderError> {
+        fallback::in_order(model, self.providers.messages(model), |client| async move {
+            client.messages(body, headers).await
+        })
+        .await
+        .map_err(no_upstream)
+    }
+
+    /// The stream of [`ChatService::messages`]: Anthropic's events as sent.
+    pub async fn messages_stream(
+        &self,
+        model: &ModelEntry,
+        body: &Value,
+        headers: &[(String, String)],
+    ) -> Result<ChunkStream, ProviderError> {
+        fallback::in_order(model, self.providers.messages(model), |client| async move {
+            client.messages_stream(body, headers).await
+        })
+        .await
+        .map_err(no_upstream)
+    }
+
     async fn ground_in_search_results(&self, params: &mut ChatParams) -> Result<(), ChatError> {
         let search = self.search.as_ref().ok_or_else(|| {
             ValidationError::new(
@@ -258,6 +296,10 @@ fn check_content_parts(
         }
     }
     Ok(())
+}
+
+fn no_upstream(last: Option<ProviderError>) -> ProviderError {
+    last.unwrap_or_else(|| ProviderError::Transient("no upstream is configured".to_owned()))
 }
 
 fn upstream_error(last: Option<unigen_core::ProviderError>) -> ChatError {

@@ -23,13 +23,15 @@ use crate::openai::OpenAiClient;
 use crate::replicate::ReplicateClient;
 pub use crate::vendor::{
     Capability, ChatUpstream, ChunkStream, EmbeddingUpstream, ImageUpstream, MediaUpstream,
-    SpeechUpstream, TranscriptionUpstream,
+    MessagesUpstream, SpeechUpstream, TranscriptionUpstream,
 };
 
 /// The clients one adapter builds for one upstream.
 #[derive(Default, Clone)]
 pub struct Clients {
     pub chat: Option<Arc<dyn ChatUpstream>>,
+    /// Anthropic's Messages API, natively (the `anthropic` adapter).
+    pub messages: Option<Arc<dyn MessagesUpstream>>,
     pub embeddings: Option<Arc<dyn EmbeddingUpstream>>,
     pub images: Option<Arc<dyn ImageUpstream>>,
     /// Image edits, video and music.
@@ -133,9 +135,13 @@ pub const ADAPTERS: &[Adapter] = &[
     Adapter {
         name: "anthropic",
         serves: &[Chat],
-        build: Some(|settings| Clients {
-            chat: Some(Arc::new(AnthropicClient::new(settings))),
-            ..Clients::default()
+        build: Some(|settings| {
+            let client = Arc::new(AnthropicClient::new(settings));
+            Clients {
+                chat: Some(client.clone()),
+                messages: Some(client),
+                ..Clients::default()
+            }
         }),
         default_max_tokens: Some(crate::anthropic::DEFAULT_MAX_TOKENS),
         one_choice: true,
@@ -201,6 +207,7 @@ fn openai_clients(client: OpenAiClient) -> Clients {
     let shared = Arc::new(client);
     Clients {
         chat: Some(shared.clone()),
+        messages: None,
         embeddings: Some(shared.clone()),
         images: Some(shared.clone()),
         speech: Some(shared.clone()),
@@ -292,6 +299,11 @@ impl Providers {
 
     pub fn chat(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn ChatUpstream>)> {
         self.in_order(model, |c| c.chat.clone())
+    }
+
+    /// The model's upstreams that speak Anthropic's Messages API natively.
+    pub fn messages(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn MessagesUpstream>)> {
+        self.in_order(model, |c| c.messages.clone())
     }
 
     pub fn embeddings(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn EmbeddingUpstream>)> {

@@ -163,8 +163,21 @@ impl Upstream {
         &self,
         build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, Attempt> {
+        self.send_with_headers(build, &HeaderMap::new()).await
+    }
+
+    /// [`Upstream::send`] with `overrides` replacing the adapter's and the
+    /// configured headers of the same names (a client's `anthropic-version`
+    /// forwarded as sent).
+    pub async fn send_with_headers(
+        &self,
+        build: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
+        overrides: &HeaderMap,
+    ) -> Result<reqwest::Response, Attempt> {
         let key = self.keys.pick();
-        let mut request = build(&self.http).headers(self.headers.clone());
+        let mut request = build(&self.http)
+            .headers(self.headers.clone())
+            .headers(overrides.clone());
         if let Some(index) = key {
             let key = &self.keys.keys[index];
             request = match self.auth {

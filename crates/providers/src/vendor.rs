@@ -30,6 +30,28 @@ pub trait ChatUpstream: Send + Sync {
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
 }
 
+/// Anthropic's Messages API spoken natively: the body, the answer and the
+/// stream's events exactly as Anthropic defines them (no translation).
+/// `headers` (`anthropic-version`, `anthropic-beta`) replace the adapter's.
+pub trait MessagesUpstream: Send + Sync {
+    /// The whole `message`.
+    fn messages<'a>(
+        &'a self,
+        body: &'a Value,
+        headers: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<Value, ProviderError>>;
+
+    /// The stream's events (each event's JSON, `ping` included), ending
+    /// after `message_stop`; an `error` event or a stream cut short is an
+    /// error, after which it ends. Failures before the first event are
+    /// retried.
+    fn messages_stream<'a>(
+        &'a self,
+        body: &'a Value,
+        headers: &'a [(String, String)],
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
+}
+
 /// Embeddings: `body` is an OpenAI embeddings request of `inputs` inputs.
 pub trait EmbeddingUpstream: Send + Sync {
     fn embed(&self, body: Value, inputs: usize)

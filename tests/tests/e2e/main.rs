@@ -3,6 +3,7 @@
 
 mod agent_runs;
 mod agents;
+mod anthropic_messages;
 mod audio_bombs;
 mod auth;
 mod bad_input;
@@ -41,6 +42,7 @@ mod pipeline;
 mod recovery;
 mod replicate;
 mod replicate_outputs;
+mod responses_api;
 mod schemathesis;
 mod storage_s3;
 mod sync_charges;

@@ -23,7 +23,7 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 use crate::clients::{client_command, root, run_to_success};
 
 const CHAT: &str = "/api/v1/chat/completions";
-const ANTHROPIC_KEY: &str = "sk-ant-upstream-secret";
+pub(crate) const ANTHROPIC_KEY: &str = "sk-ant-upstream-secret";
 const GEMINI_KEY: &str = "gemini-upstream-secret";
 const CLAUDE: &str = "anthropic/claude";
 const GEMINI: &str = "google/gemini";
@@ -122,7 +122,8 @@ fn anthropic_answer(body: &Value) -> (Vec<Value>, &'static str) {
     }
 }
 
-struct FakeAnthropic;
+/// Also behind the Messages API tests (`anthropic_messages`).
+pub(crate) struct FakeAnthropic;
 
 impl Respond for FakeAnthropic {
     fn respond(&self, request: &Request) -> ResponseTemplate {

@@ -11,5 +11,6 @@ pub mod knowledge;
 pub mod limits;
 pub mod members;
 pub mod orgs;
+pub mod responses;
 pub mod usage;
 pub mod webhooks;

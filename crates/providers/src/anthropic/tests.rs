@@ -426,3 +426,82 @@ async fn configured_headers_replace_the_version_and_several_keys_take_turns() {
         .collect();
     assert_eq!(keys, ["k1", "k2"]);
 }
+
+#[tokio::test]
+async fn a_native_request_goes_as_sent_with_the_clients_version_and_beta_headers() {
+    let server = MockServer::start().await;
+    let answer = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+        "content": [{"type": "thinking", "thinking": "hm", "signature": "s"}, {"type": "text", "text": "Hi"}],
+        "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 5, "output_tokens": 2}});
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .and(header("x-api-key", "sk-ant-secret"))
+        .and(header("anthropic-version", "2023-01-01"))
+        .and(header("anthropic-beta", "interleaved-thinking-2025-05-14"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer.clone()))
+        .mount(&server)
+        .await;
+    let body = json!({"model": "claude-x", "max_tokens": 2048, "top_k": 3,
+        "thinking": {"type": "enabled", "budget_tokens": 1024}, "messages": [{"role": "user", "content": "Hi"}]});
+    let headers = [
+        ("anthropic-version".to_owned(), "2023-01-01".to_owned()),
+        (
+            "anthropic-beta".to_owned(),
+            "interleaved-thinking-2025-05-14".to_owned(),
+        ),
+        ("x-api-key".to_owned(), "sk-client-must-not-pass".to_owned()),
+    ];
+    let got = client(&server).messages(&body, &headers).await.unwrap();
+    assert_eq!(got, answer, "the answer as Anthropic gave it");
+    let sent: Value = server.received_requests().await.unwrap()[0]
+        .body_json()
+        .unwrap();
+    assert_eq!(sent, body, "the request as the client sent it");
+}
+
+#[tokio::test]
+async fn a_native_stream_is_anthropics_events_ending_at_message_stop_or_an_error() {
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [], "stop_reason": null, "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        json!({"type": "ping"}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+        json!({"type": "message_stop"}),
+        json!({"type": "ping"}),
+    ];
+    let server = stream_server(&events).await;
+    let body = json!({"model": "m", "max_tokens": 8, "stream": true, "messages": [{"role": "user", "content": "x"}]});
+    let got: Vec<Value> = client(&server)
+        .messages_stream(&body, &[])
+        .await
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(got, events[..7].to_vec(), "as sent, up to message_stop");
+
+    let failing = stream_server(&[
+        events[0].clone(),
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ])
+    .await;
+    let got: Vec<Result<Value, ProviderError>> = client(&failing)
+        .messages_stream(&body, &[])
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(got.len(), 2);
+    assert!(matches!(&got[1], Err(ProviderError::Transient(m)) if m == "Overloaded"));
+    let cut = stream_server(&events[..3]).await;
+    let got: Vec<Result<Value, ProviderError>> = client(&cut)
+        .messages_stream(&body, &[])
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert!(matches!(got.last(), Some(Err(ProviderError::Transient(_)))));
+}

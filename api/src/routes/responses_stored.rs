@@ -1,0 +1,156 @@
+//! Stored responses: read, delete, cancel (background responses only) and
+//! list their input items. Scope `chat`; another organization's response
+//! is not found.
+
+use std::collections::HashMap;
+
+use actix_web::{HttpResponse, delete, get, post, web};
+use serde_json::{Value, json};
+use unigen_core::domain::Scope;
+use unigen_db::queries::responses::StoredResponse;
+use unigen_db::{DbError, queries};
+use unigen_protocols::responses::list;
+
+use super::responses::invalid;
+use super::responses_docs::{ResponseDeleted, ResponseItemList, ResponseObject};
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::state::AppState;
+
+async fn stored(state: &AppState, caller: &Caller, id: &str) -> Result<StoredResponse, ApiError> {
+    caller.require(Scope::Chat)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    queries::responses::find(&mut conn, caller.org_id, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("response {id} not found")))
+}
+
+/// Read a stored response.
+#[utoipa::path(
+    tag = "responses",
+    params(("id" = String, Path, description = "Response id (`resp_...`)")),
+    responses(
+        (status = 200, body = ResponseObject),
+        (status = 400, description = "`stream=true`: stored responses are read whole", body = ErrorBody),
+        (status = 404, description = "No stored response (another organization's included)", body = ErrorBody),
+    ),
+    security(("bearer" = ["chat"]))
+)]
+#[get("/responses/{id}")]
+pub async fn get_response(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    query: web::Query<HashMap<String, String>>,
+) -> Result<HttpResponse, ApiError> {
+    if query.get("stream").is_some_and(|s| s == "true") {
+        return Err(ApiError::InvalidField {
+            param: "stream".into(),
+            message: "stream: a stored response is read whole; retrieve it without stream=true"
+                .into(),
+        });
+    }
+    let response = stored(&state, &caller, &path).await?;
+    Ok(HttpResponse::Ok().json(response.body))
+}
+
+/// Delete a stored response.
+#[utoipa::path(
+    tag = "responses",
+    params(("id" = String, Path, description = "Response id (`resp_...`)")),
+    responses(
+        (status = 200, body = ResponseDeleted),
+        (status = 404, description = "No stored response (another organization's included)", body = ErrorBody),
+    ),
+    security(("bearer" = ["chat"]))
+)]
+#[delete("/responses/{id}")]
+pub async fn delete_response(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    caller.require(Scope::Chat)?;
+    let mut conn = state.pool.get().await.map_err(DbError::from)?;
+    if !queries::responses::delete(&mut conn, caller.org_id, &path).await? {
+        return Err(ApiError::NotFound(format!("response {path} not found")));
+    }
+    Ok(
+        HttpResponse::Ok()
+            .json(json!({"id": *path, "object": "response.deleted", "deleted": true})),
+    )
+}
+
+/// Cancel a background response. Responses are answered in the request
+/// (background mode is not offered), so a stored response cannot be
+/// cancelled: a 400.
+#[utoipa::path(
+    tag = "responses",
+    params(("id" = String, Path, description = "Response id (`resp_...`)")),
+    responses(
+        (status = 400, description = "Only background responses can be cancelled, and this one was answered in its request", body = ErrorBody),
+        (status = 404, description = "No stored response (another organization's included)", body = ErrorBody),
+    ),
+    security(("bearer" = ["chat"]))
+)]
+#[post("/responses/{id}/cancel")]
+pub async fn cancel_response(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let response = stored(&state, &caller, &path).await?;
+    Err(ApiError::BadRequest(format!(
+        "only background responses can be cancelled; response {} was answered in its request (status {})",
+        response.id, response.status
+    )))
+}
+
+/// List a stored response's input items (newest first by default).
+#[utoipa::path(
+    tag = "responses",
+    params(
+        ("id" = String, Path, description = "Response id (`resp_...`)"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "Items per page (default 20)"),
+        ("order" = Option<String>, Query, pattern = "^(asc|desc)$", description = "`desc` (default) or `asc`"),
+        ("after" = Option<String>, Query, description = "An item id: the page starts after it"),
+    ),
+    responses(
+        (status = 200, body = ResponseItemList),
+        (status = 400, description = "An invalid `limit`, `order`, `after` or `include`", body = ErrorBody),
+        (status = 404, description = "No stored response (another organization's included)", body = ErrorBody),
+    ),
+    security(("bearer" = ["chat"]))
+)]
+#[get("/responses/{id}/input_items")]
+pub async fn list_input_items(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+    query: web::Query<Vec<(String, String)>>,
+) -> Result<HttpResponse, ApiError> {
+    let mut order = None;
+    let mut after = None;
+    let mut limit = None;
+    for (key, value) in query.iter() {
+        match key.as_str() {
+            "order" => order = Some(value.as_str()),
+            "after" => after = Some(value.as_str()),
+            "limit" => limit = Some(value.as_str()),
+            "include" | "include[]" => {
+                return Err(ApiError::InvalidField {
+                    param: "include".into(),
+                    message: format!("include: `{value}` is not supported by this service"),
+                });
+            }
+            _ => {}
+        }
+    }
+    let response = stored(&state, &caller, &path).await?;
+    let items = match &response.input_items {
+        Value::Array(items) => items.as_slice(),
+        _ => &[],
+    };
+    let page = list::page(items, order, after, limit).map_err(invalid)?;
+    Ok(HttpResponse::Ok().json(page))
+}

@@ -1,0 +1,79 @@
+//! Stored responses of the Responses API: written once when answered (with
+//! `store`), read, listed (their input items) and deleted, always within
+//! their organization: another organization's response is not found.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::DbError;
+use crate::schema::responses;
+
+/// A response as stored.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = responses)]
+pub struct StoredResponse {
+    pub id: String,
+    pub org_id: Uuid,
+    pub model: String,
+    pub status: String,
+    /// The `response` object as answered.
+    pub body: Value,
+    /// The request's input items (stored shape, with ids).
+    pub input_items: Value,
+    /// What a `previous_response_id` naming it continues: the continued
+    /// response's conversation, then the input items, then the output.
+    pub conversation: Value,
+    pub previous_response_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Insertable)]
+#[diesel(table_name = responses)]
+pub struct NewResponse {
+    pub id: String,
+    pub org_id: Uuid,
+    pub model: String,
+    pub status: String,
+    pub body: Value,
+    pub input_items: Value,
+    pub conversation: Value,
+    pub previous_response_id: Option<String>,
+}
+
+pub async fn insert(conn: &mut AsyncPgConnection, new: &NewResponse) -> Result<(), DbError> {
+    diesel::insert_into(responses::table)
+        .values(new)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The organization's response `id`, if any.
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<StoredResponse>, DbError> {
+    Ok(responses::table
+        .filter(responses::id.eq(id))
+        .filter(responses::org_id.eq(org_id))
+        .select(StoredResponse::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Deletes the organization's response `id`; whether there was one.
+pub async fn delete(conn: &mut AsyncPgConnection, org_id: Uuid, id: &str) -> Result<bool, DbError> {
+    let deleted = diesel::delete(
+        responses::table
+            .filter(responses::id.eq(id))
+            .filter(responses::org_id.eq(org_id)),
+    )
+    .execute(conn)
+    .await?;
+    Ok(deleted > 0)
+}

@@ -1,0 +1,522 @@
+//! OpenAI's Responses API (`/api/v1/responses`), bridged through chat
+//! completions: on the built-in `local/echo` model offline, through an
+//! OpenAI-compatible upstream (wiremock, recording what is forwarded), and
+//! with the official OpenAI Python SDK unchanged
+//! (tests/sdk/python/responses_check.py).
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use unigen_tests::{TestApp, TestOptions, fake_chat_model, fake_upstream, json_of};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::clients::{client_command, root, run_to_success};
+
+/// `(event, data)` of each server-sent event.
+fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|event| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in event.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).unwrap_or_else(|e| panic!("{d}: {e}"));
+                }
+            }
+            (name, data)
+        })
+        .collect()
+}
+
+async fn scalar(app: &TestApp, sql: &str) -> i64 {
+    app.db.scalar_i64(sql).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_answers_in_the_responses_shape_is_metered_as_chat_and_stored() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let body = json!({"model": "local/echo", "input": "Hello, unigen!", "instructions": "Be brief.",
+                      "metadata": {"k": "v"}, "temperature": 0.3});
+    let (status, response) =
+        json_of(app.post_json("/api/v1/responses", &app.key, &body).await).await;
+    assert_eq!(status, 200, "{response}");
+    let id = response["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("resp_"), "{id}");
+    assert_eq!(response["object"], "response");
+    assert_eq!(response["status"], "completed");
+    assert_eq!(response["model"], "local/echo");
+    assert_eq!(response["instructions"], "Be brief.");
+    assert_eq!(response["metadata"], json!({"k": "v"}));
+    assert_eq!(response["temperature"], 0.3);
+    assert_eq!(response["store"], true);
+    let message = &response["output"][0];
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["role"], "assistant");
+    assert_eq!(message["status"], "completed");
+    assert_eq!(message["content"][0]["type"], "output_text");
+    assert_eq!(message["content"][0]["text"], "Hello, unigen!");
+    let usage = &response["usage"];
+    assert_eq!(usage["output_tokens"], 5, "cl100k: Hello , un igen !");
+    let input_tokens = usage["input_tokens"].as_i64().unwrap();
+    assert_eq!(usage["total_tokens"].as_i64().unwrap(), input_tokens + 5);
+    assert!(usage["credits_used"].is_i64(), "{usage}");
+    // Metered as chat is: one usage record with the token counts.
+    let recorded = scalar(
+        &app,
+        &format!(
+            "SELECT count(*) FROM usage_records WHERE endpoint = '/v1/responses' AND status = 'success' \
+             AND model = 'local/echo' AND prompt_tokens = {input_tokens} AND completion_tokens = 5"
+        ),
+    )
+    .await;
+    assert_eq!(recorded, 1);
+
+    let (status, stored) =
+        json_of(app.get(&format!("/api/v1/responses/{id}"), &app.key).await).await;
+    assert_eq!(status, 200);
+    assert_eq!(stored, response);
+    let (status, items) = json_of(
+        app.get(&format!("/api/v1/responses/{id}/input_items"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{items}");
+    assert_eq!(items["object"], "list");
+    assert_eq!(items["data"][0]["content"][0]["text"], "Hello, unigen!");
+    assert_eq!(items["data"][0]["role"], "user");
+    assert_eq!(items["has_more"], false);
+    let (status, _) = json_of(
+        app.post_json(
+            &format!("/api/v1/responses/{id}/cancel"),
+            &app.key,
+            &json!({}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400, "only background responses can be cancelled");
+
+    let (status, deleted) = json_of(
+        app.delete(&format!("/api/v1/responses/{id}"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        deleted,
+        json!({"id": id, "object": "response.deleted", "deleted": true})
+    );
+    let (status, _) = json_of(app.get(&format!("/api/v1/responses/{id}"), &app.key).await).await;
+    assert_eq!(status, 404);
+    let (status, _) = json_of(
+        app.delete(&format!("/api/v1/responses/{id}"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_responses_send_the_typed_events_in_order_and_are_stored() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let body = json!({"input": "Stream me, token by token.", "stream": true});
+    let answer = app.post_json("/api/v1/responses", &app.key, &body).await;
+    assert_eq!(answer.status(), 200);
+    assert!(
+        answer.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let events = sse_events(&answer.text().await.unwrap());
+    for (n, (name, data)) in events.iter().enumerate() {
+        assert_eq!(name, data["type"].as_str().unwrap(), "event names its type");
+        assert_eq!(data["sequence_number"], n as u64);
+    }
+    let mut kinds: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    let text: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Stream me, token by token.");
+    let done = &events.last().unwrap().1["response"];
+    assert_eq!(done["status"], "completed");
+    assert!(done["usage"]["output_tokens"].as_u64().unwrap() > 1);
+    let id = done["id"].as_str().unwrap();
+    let (_, stored) = json_of(app.get(&format!("/api/v1/responses/{id}"), &app.key).await).await;
+    assert_eq!(&stored, done);
+    let recorded = scalar(
+        &app,
+        "SELECT count(*) FROM usage_records WHERE endpoint = '/v1/responses'",
+    )
+    .await;
+    assert_eq!(recorded, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_tool_round_trip_continues_the_stored_conversation() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let tools = json!([{"type": "function", "name": "get_weather", "strict": true, "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}}]);
+    let (status, first) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"input": "Paris", "tools": tools}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let call = &first["output"][0];
+    assert_eq!(call["type"], "function_call");
+    assert_eq!(call["name"], "get_weather");
+    assert_eq!(call["call_id"], "call_0");
+    assert_eq!(call["arguments"], "{\"city\":\"Paris\"}");
+    assert_eq!(first["output"].as_array().unwrap().len(), 1);
+    let next = json!({"previous_response_id": first["id"], "tools": tools,
+                      "input": [{"type": "function_call_output", "call_id": "call_0", "output": "18 C"}]});
+    let (status, second) = json_of(app.post_json("/api/v1/responses", &app.key, &next).await).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(
+        second["output"][0]["content"][0]["text"],
+        "Paris\n[get_weather] 18 C"
+    );
+    assert_eq!(second["previous_response_id"], first["id"]);
+    // A third turn continues the whole chain.
+    let third = json!({"previous_response_id": second["id"], "input": "Thanks"});
+    let (_, third) = json_of(app.post_json("/api/v1/responses", &app.key, &third).await).await;
+    assert_eq!(third["output"][0]["content"][0]["text"], "Thanks");
+
+    // Streamed, the call's arguments arrive as deltas.
+    let body = json!({"input": "Lyon", "tools": tools, "stream": true});
+    let events = sse_events(
+        &app.post_json("/api/v1/responses", &app.key, &body)
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    let arguments: String = events
+        .iter()
+        .filter(|(n, _)| n == "response.function_call_arguments.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(arguments, "{\"city\":\"Lyon\"}");
+    let done = events
+        .iter()
+        .find(|(n, _)| n == "response.function_call_arguments.done")
+        .unwrap();
+    assert_eq!(done.1["arguments"], "{\"city\":\"Lyon\"}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_organizations_response_is_not_found_and_unsupported_fields_are_named() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let (_, mine) = json_of(
+        app.post_json("/api/v1/responses", &app.key, &json!({"input": "secret"}))
+            .await,
+    )
+    .await;
+    let id = mine["id"].as_str().unwrap();
+    let org = app.create_org("other", "free").await;
+    let other = app.create_key(org, &["all"], None).await;
+    for path in [
+        format!("/api/v1/responses/{id}"),
+        format!("/api/v1/responses/{id}/input_items"),
+    ] {
+        let (status, _) = json_of(app.get(&path, &other).await).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _) = json_of(app.delete(&format!("/api/v1/responses/{id}"), &other).await).await;
+    assert_eq!(status, 404);
+    let continued = json!({"input": "x", "previous_response_id": id});
+    let (status, _) = json_of(app.post_json("/api/v1/responses", &other, &continued).await).await;
+    assert_eq!(status, 404);
+    let (status, _) = json_of(app.get(&format!("/api/v1/responses/{id}"), &app.key).await).await;
+    assert_eq!(status, 200, "still the owner's");
+
+    for (body, param) in [
+        (
+            json!({"input": "x", "tools": [{"type": "file_search", "vector_store_ids": ["vs"]}]}),
+            "tools[0].type",
+        ),
+        (
+            json!({"input": "x", "tools": [{"type": "computer_use_preview"}]}),
+            "tools[0].type",
+        ),
+        (json!({"input": "x", "background": true}), "background"),
+        (
+            json!({"input": "x", "conversation": "conv_1"}),
+            "conversation",
+        ),
+        (
+            json!({"input": "x", "frequency_penalty": 1}),
+            "frequency_penalty",
+        ),
+        (
+            json!({"input": "x", "max_output_tokens": 100000}),
+            "max_output_tokens",
+        ),
+        (
+            json!({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}),
+            "input[0].content[0].type",
+        ),
+        (
+            json!({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}),
+            "text.format.name",
+        ),
+        (json!({}), "input"),
+    ] {
+        let (status, error) =
+            json_of(app.post_json("/api/v1/responses", &app.key, &body).await).await;
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["param"], param, "{error}");
+    }
+    let (status, error) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"input": "x", "tools": [{"type": "file_search"}]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`file_search`"),
+        "{error}"
+    );
+    let (_, unstored) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"input": "x", "store": false}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(unstored["store"], false);
+    let (status, _) = json_of(
+        app.get(
+            &format!("/api/v1/responses/{}", unstored["id"].as_str().unwrap()),
+            &app.key,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 404, "store=false is not stored");
+    // Scope chat.
+    let images_only = app.create_key(org, &["image"], None).await;
+    let (status, _) = json_of(
+        app.post_json("/api/v1/responses", &images_only, &json!({"input": "x"}))
+            .await,
+    )
+    .await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_compatible_upstream_gets_the_bridged_chat_request() {
+    let upstream = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "chatcmpl-up", "object": "chat.completion", "created": 1, "model": "gpt-upstream",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "call_up", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":\"x\"}"}}]}}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        })))
+        .mount(&upstream)
+        .await;
+    let url = upstream.uri();
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        s.upstreams.insert("fake".into(), fake_upstream(&url));
+        s.models.push(fake_chat_model("fake/gpt", "fake", vec![]));
+    }))
+    .await;
+    let body = json!({"model": "fake/gpt", "instructions": "Use tools.", "max_output_tokens": 50,
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "find x"}]}],
+        "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}],
+        "tool_choice": "required", "parallel_tool_calls": false,
+        "text": {"format": {"type": "text"}}});
+    let (status, response) =
+        json_of(app.post_json("/api/v1/responses", &app.key, &body).await).await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        response["output"],
+        json!([{"id": response["output"][0]["id"], "type": "function_call", "status": "completed",
+                "call_id": "call_up", "name": "lookup", "arguments": "{\"q\":\"x\"}"}])
+    );
+    assert_eq!(
+        (
+            response["usage"]["input_tokens"].as_u64(),
+            response["usage"]["output_tokens"].as_u64()
+        ),
+        (Some(11), Some(7)),
+        "the upstream's usage"
+    );
+    let forwarded: Value = upstream.received_requests().await.unwrap()[0]
+        .body_json()
+        .unwrap();
+    assert_eq!(
+        forwarded,
+        json!({
+            "model": "gpt-upstream",
+            "messages": [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "find x"}],
+            "max_completion_tokens": 50,
+            "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}],
+            "tool_choice": "required", "parallel_tool_calls": false,
+        })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_stream_is_relayed_as_responses_events() {
+    let upstream = MockServer::start().await;
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let chunks = [
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(json!({"content": "Hi"}), Value::Null),
+        chunk(json!({"content": " there"}), Value::Null),
+        chunk(json!({}), json!("length")),
+        json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}),
+    ];
+    let mut sse: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    sse.push_str("data: [DONE]\n\n");
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "text/event-stream")
+                .set_body_string(sse),
+        )
+        .mount(&upstream)
+        .await;
+    let url = upstream.uri();
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        s.upstreams.insert("fake".into(), fake_upstream(&url));
+        s.models.push(fake_chat_model("fake/gpt", "fake", vec![]));
+    }))
+    .await;
+    let body = json!({"model": "fake/gpt", "input": "hi", "stream": true, "max_output_tokens": 2});
+    let events = sse_events(
+        &app.post_json("/api/v1/responses", &app.key, &body)
+            .await
+            .text()
+            .await
+            .unwrap(),
+    );
+    let last = &events.last().unwrap().1;
+    assert_eq!(last["type"], "response.incomplete", "{last}");
+    assert_eq!(
+        last["response"]["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+    assert_eq!(
+        last["response"]["output"][0]["content"][0]["text"],
+        "Hi there"
+    );
+    assert_eq!(last["response"]["usage"]["input_tokens"], 4);
+    assert_eq!(last["response"]["usage"]["output_tokens"], 2);
+    let forwarded: Value = upstream.received_requests().await.unwrap()[0]
+        .body_json()
+        .unwrap();
+    assert_eq!(forwarded["stream"], true);
+    assert_eq!(forwarded["stream_options"], json!({"include_usage": true}));
+    let recorded = scalar(
+        &app,
+        "SELECT count(*) FROM usage_records WHERE endpoint = '/v1/responses' AND prompt_tokens = 4 AND completion_tokens = 2",
+    )
+    .await;
+    assert_eq!(recorded, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_sdk_speaks_the_responses_api() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let command = client_command(
+        &app,
+        &root().join(".venv/bin/python"),
+        "tests/sdk/python/responses_check.py",
+    );
+    let printed = run_to_success(command, "tests/sdk/python/responses_check.py").await;
+    eprintln!("{printed}");
+    for flow in [
+        "create_plain",
+        "stream",
+        "tools",
+        "parse",
+        "chaining",
+        "stored",
+        "errors",
+    ] {
+        assert!(
+            printed.contains(&format!("responses / {flow}\n")),
+            "flow {flow} ran:\n{printed}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_agents_sdk_runs_an_agent_with_a_function_tool() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let command = client_command(
+        &app,
+        &root().join(".venv/bin/python"),
+        "tests/sdk/python/agents_check.py",
+    );
+    let printed = run_to_success(command, "tests/sdk/python/agents_check.py").await;
+    eprintln!("{printed}");
+    for flow in ["run", "run_streamed"] {
+        assert!(
+            printed.contains(&format!(" / {flow}\n")),
+            "flow {flow} ran:\n{printed}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_js_sdk_speaks_the_responses_api() {
+    let modules = root().join("tests/sdk/js/node_modules/openai");
+    assert!(
+        modules.is_dir(),
+        "{} is missing: scripts/test (ensure_sdk_js) runs npm ci in tests/sdk/js",
+        modules.display()
+    );
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let command = client_command(&app, Path::new("node"), "tests/sdk/js/responses_check.mjs");
+    let printed = run_to_success(command, "tests/sdk/js/responses_check.mjs").await;
+    for flow in ["create", "stream", "tools"] {
+        assert!(
+            printed.contains(&format!("responses / {flow}\n")),
+            "flow {flow} ran:\n{printed}"
+        );
+    }
+}
