@@ -959,7 +959,9 @@ $$;
 -- Settles a batch of requests admitted from allowances: each item is
 -- charged exactly as unigen_settle charges a request (included credits,
 -- then purchased, then overage; its bucket in the allowance's period; its
--- ledger rows and usage record), its charge taken out of its allowance's
+-- ledger rows and usage record; never more than admission allowed, its
+-- hold, as unigen_settle never charges past its reservation), its charge
+-- taken out of its allowance's
 -- hold up to what it held. Each organization's account is locked once, in
 -- organization order, and updated once; ledger rows and usage records are
 -- inserted in one statement each. An item whose allowance row is gone
@@ -1026,6 +1028,7 @@ DECLARE
     reserved bigint;
     blocks_c bigint;
     credits bigint;
+    milli bigint;
     hold_c bigint;
     hold_m bigint;
     f_incl bigint;
@@ -1088,16 +1091,24 @@ BEGIN
         LOOP
             IF it.status = 'success' THEN
                 credits := greatest(it.credits, 0);
+                milli := greatest(it.milli, 0);
             ELSE
                 credits := 0;
+                milli := 0;
             END IF;
+            -- Never more than admission allowed, as unigen_settle: what this
+            -- request held passed the quota, balance, overage and hard-limit
+            -- checks; usage beyond it (an upstream that counted more than the
+            -- estimate) is not charged, in credits or in its bucket.
+            credits := least(credits, greatest(it.hold_c, 0));
+            milli := least(milli, greatest(it.hold_m, 0));
             -- Out of the allowance's hold, up to what this request held.
             hold_c := 0;
             hold_m := 0;
             ri := array_position(r_ids, it.allowance);
             IF ri IS NOT NULL AND it.status = 'success' THEN
                 hold_c := least(credits, greatest(it.hold_c, 0), r_c[ri]);
-                hold_m := least(greatest(it.milli, 0), greatest(it.hold_m, 0), r_m[ri]);
+                hold_m := least(milli, greatest(it.hold_m, 0), r_m[ri]);
                 r_c[ri] := r_c[ri] - hold_c;
                 r_m[ri] := r_m[ri] - hold_m;
             END IF;
@@ -1143,9 +1154,7 @@ BEGIN
                     k_remaining := k_remaining || NULL::bigint;
                     k := array_length(k_bucket, 1);
                 END IF;
-                IF it.status = 'success' THEN
-                    k_used[k] := k_used[k] + greatest(it.milli, 0);
-                END IF;
+                k_used[k] := k_used[k] + milli;
                 k_released[k] := k_released[k] + hold_m;
             END IF;
             o_ord := o_ord || it.n;

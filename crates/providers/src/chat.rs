@@ -766,12 +766,83 @@ pub fn count_prompt_tokens(messages: &[ChatMessage]) -> u32 {
         + 3
 }
 
+/// Tokens one image is reckoned at when holding credits for a request:
+/// about the most a single image costs at the major vendors (Anthropic's
+/// ~1,600 for a 1.15-megapixel image; OpenAI's high detail at most 1,445).
+pub const IMAGE_TOKEN_ALLOWANCE: u32 = 1_600;
+
+/// The prompt tokens a chat request may cost upstream, for its hold:
+/// [`count_prompt_tokens`] of the messages' text, plus everything else that
+/// is sent: an [`IMAGE_TOKEN_ALLOWANCE`] per image, the messages' other
+/// parts and fields (tool calls, audio, files...) as JSON, and every
+/// forwarded field as JSON (`tools` with their descriptions and parameter
+/// schemas, `response_format`'s JSON schema, `tool_choice`, legacy
+/// `functions`...). An upper estimate: usage beyond the hold is never
+/// charged.
+pub fn count_request_tokens(params: &ChatParams) -> u32 {
+    let mut tokens = count_prompt_tokens(&params.messages);
+    for message in &params.messages {
+        let images = u32::try_from(message.image_count()).unwrap_or(u32::MAX);
+        tokens = tokens.saturating_add(images.saturating_mul(IMAGE_TOKEN_ALLOWANCE));
+        if let Some(MessageContent::Parts(parts)) = &message.content {
+            for part in parts {
+                if !matches!(part_type(part), Some("text" | "image_url")) {
+                    tokens = tokens.saturating_add(json_tokens(part));
+                }
+            }
+        }
+        if let Some(calls) = &message.tool_calls {
+            tokens = tokens.saturating_add(json_tokens(calls));
+        }
+        if !message.extra.is_empty() {
+            tokens = tokens.saturating_add(json_tokens(&message.extra));
+        }
+    }
+    if !params.forward.is_empty() {
+        tokens = tokens.saturating_add(json_tokens(&params.forward));
+    }
+    tokens
+}
+
+/// Tokens of `value`'s JSON text.
+fn json_tokens<T: serde::Serialize + ?Sized>(value: &T) -> u32 {
+    count_tokens(&serde_json::to_string(value).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn request(json: serde_json::Value) -> ChatCompletionRequest {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn the_hold_s_estimate_counts_tools_schemas_tool_calls_and_images() {
+        let params = |body: serde_json::Value| request(body).validate(false, true).unwrap();
+        let hi = serde_json::json!([{"role": "user", "content": "hi"}]);
+        let text_only = params(serde_json::json!({"messages": hi}));
+        let base = count_request_tokens(&text_only);
+        assert!(base >= count_prompt_tokens(&text_only.messages));
+        let words = |n: usize| "word ".repeat(n);
+        let with_tool = params(serde_json::json!({"messages": hi, "max_tokens": 1, "tools": [
+            {"type": "function", "function": {"name": "f", "description": words(5_000)}}]}));
+        assert!(count_request_tokens(&with_tool) >= base + 5_000);
+        let with_schema = params(serde_json::json!({"messages": hi, "response_format":
+            {"type": "json_schema", "json_schema": {"name": "s",
+             "schema": {"type": "object", "description": words(2_000)}}}}));
+        assert!(count_request_tokens(&with_schema) >= base + 2_000);
+        let with_images = params(serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/b.png"}}]}]}));
+        assert!(count_request_tokens(&with_images) >= base + 2 * IMAGE_TOKEN_ALLOWANCE);
+        let with_calls = params(serde_json::json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+             "function": {"name": "f", "arguments": words(1_000)}}]},
+            {"role": "tool", "tool_call_id": "c", "content": "done"}]}));
+        assert!(count_request_tokens(&with_calls) >= base + 1_000);
     }
 
     #[test]

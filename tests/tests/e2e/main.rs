@@ -45,6 +45,7 @@ mod replicate_outputs;
 mod responses_api;
 mod schemathesis;
 mod storage_s3;
+mod sync_admission;
 mod sync_charges;
 mod tenancy;
 mod tools;

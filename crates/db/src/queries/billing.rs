@@ -891,7 +891,12 @@ pub async fn orphaned_charges(
 
 fn share_settled(row: SettledRow, item: &ShareItem) -> Result<Settled, DbError> {
     let outcome = row.outcome.clone();
-    settled_from(row, &item.charge, item.multiplier)
+    // What `unigen_settle_shares` charged: never past the hold.
+    let charged = Charge {
+        credits: item.charge.credits.min(item.hold.credits.max(0)),
+        bucket_milli: item.charge.bucket_milli.min(item.hold.milli.max(0)),
+    };
+    settled_from(row, &charged, item.multiplier)
         .ok_or_else(|| unexpected_answer(format!("unigen_settle_shares answered `{outcome}`")))
 }
 
