@@ -146,11 +146,14 @@ impl FromRequest for Caller {
                     });
                 }
             }
+            crate::trace_context::record_caller(&request, row.org_id, row.key_id);
             Ok(Caller {
                 key_id: row.key_id,
                 org_id: row.org_id,
                 scopes,
                 concurrent_requests: row.concurrent_requests,
+                key_expires_at: row.expires_at,
+                key_hash: hash,
                 charges,
                 effects: Effects::default(),
             })

@@ -197,7 +197,7 @@ pub async fn main() -> anyhow::Result<()> {
     let settings = Settings::load().context("loading configuration")?;
     match cli.command.unwrap_or(Command::Serve { migrate: false }) {
         Command::Serve { migrate } => {
-            unigen_core::telemetry::init("unigen-api");
+            let _telemetry = unigen_core::telemetry::init("unigen-api", &settings.telemetry);
             if migrate {
                 migrate_now(&settings).await?;
             }

@@ -17,6 +17,7 @@ mod rate_limit;
 mod response_headers;
 mod routes;
 mod state;
+mod trace_context;
 mod views;
 mod wait;
 
@@ -200,14 +201,19 @@ pub async fn spawn(
         metrics,
         limits: Limits::from_settings(&settings),
         allow_private_webhooks: settings.webhooks.allow_private_addresses,
+        webhook_settings: settings.webhooks.clone(),
         started_at: chrono::Utc::now().timestamp(),
         runs,
         shutdown: shutdown.clone(),
+        event_streams: Arc::new(routes::job_events::OpenStreams::new(
+            settings.http.max_event_streams_per_org,
+        )),
     };
     // Served with this deployment's model names; built once.
     let openapi = openapi::for_catalogue(openapi::document(), &catalogue);
     let known_paths = Arc::new(known_paths::KnownPaths::from_openapi(&openapi));
     let max_body = settings.http.max_body_bytes;
+    let tracing_on = unigen_core::telemetry::enabled();
     let data = web::Data::new(state);
     let server = HttpServer::new(move || {
         use utoipa_actix_web::AppExt;
@@ -221,6 +227,11 @@ pub async fn spawn(
             .wrap(http_metrics.clone())
             .wrap(actix_web::middleware::from_fn(
                 response_headers::response_headers,
+            ))
+            // Outermost: the SERVER span covers the whole request (tracing on).
+            .wrap(actix_web::middleware::Condition::new(
+                tracing_on,
+                actix_web::middleware::from_fn(trace_context::server_span),
             ))
             .app_data(data.clone())
             .app_data(web::Data::from(known_paths.clone()))

@@ -44,6 +44,11 @@ pub struct JobView {
     /// The request's `Cancel-After` deadline: unfinished by then, the job is
     /// cancelled (nothing charged). Null without one.
     pub cancel_after: Option<DateTime<Utc>>,
+    /// The job's W3C trace id (32 hex digits) when tracing is on: the trace
+    /// holds the request, the queue wait, the worker and the provider call
+    /// (README, "Observability"). Null with tracing off.
+    #[schema(example = "4bf92f3577b34da6a3ce929d0e0e4736")]
+    pub trace_id: Option<String>,
 }
 
 impl JobView {
@@ -73,6 +78,10 @@ impl JobView {
             completed: job.completed_at.map(|t| t.timestamp()),
             usage: finished.then(|| job_usage(job)),
             cancel_after: job.cancel_after,
+            trace_id: job
+                .trace_context
+                .as_deref()
+                .and_then(unigen_core::telemetry::propagation::trace_id),
         }
     }
 }
@@ -315,6 +324,7 @@ mod tests {
             completed_at: Some(now),
             usage: None,
             cancel_after: None,
+            trace_context: None,
         }
     }
 

@@ -5,6 +5,7 @@
 mod metrics;
 mod runner;
 mod tasks;
+mod trace;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -95,6 +95,12 @@ fn settings_env(s: &Settings) -> Vec<(String, String)> {
             s.scheduler.relay_after_seconds.to_string(),
         ),
         ("WEBHOOKS__TIMEOUT_MS", s.webhooks.timeout_ms.to_string()),
+        ("TELEMETRY__ENABLED", s.telemetry.enabled.to_string()),
+        ("TELEMETRY__ENDPOINT", s.telemetry.endpoint.clone()),
+        (
+            "TELEMETRY__RECORD_CONTENT",
+            s.telemetry.record_content.to_string(),
+        ),
         (
             "WEBHOOKS__LEASE_MARGIN_MS",
             s.webhooks.lease_margin_ms.to_string(),

@@ -12,6 +12,7 @@ use lapin::types::FieldTable;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 use unigen_core::domain::Tool;
 use unigen_jobs::queue::JobMessage;
 
@@ -117,12 +118,26 @@ where
     }
 }
 
-/// A job queue's message: claim the job, ack, run it.
+/// A job queue's message: claim the job, ack, run it, in the delivery's
+/// CONSUMER span (tracing on).
 pub(crate) async fn handle_job_delivery(
     context: &WorkerContext,
     tool: Tool,
     delivery: Delivery,
     hard_stop: CancellationToken,
+) {
+    let span = crate::trace::process_span(context, tool.as_str(), &delivery);
+    handle_job(context, tool, delivery, hard_stop, &span)
+        .instrument(span.clone())
+        .await
+}
+
+async fn handle_job(
+    context: &WorkerContext,
+    tool: Tool,
+    delivery: Delivery,
+    hard_stop: CancellationToken,
+    span: &tracing::Span,
 ) {
     let message = match serde_json::from_slice::<JobMessage>(&delivery.data) {
         Ok(message) if message.tool == tool.as_str() => message,
@@ -137,8 +152,12 @@ pub(crate) async fn handle_job_delivery(
             return;
         }
     };
+    if !span.is_disabled() {
+        span.record("unigen.job.id", message.job_id.to_string());
+    }
     match context.claimer.claim(message.job_id).await {
         Ok(Claimed::Ours(job)) => {
+            span.record("unigen.job.attempt", job.attempt);
             // The claim announced itself (`processing` now) and its event.
             // Ownership now lives in PostgreSQL (the lease): ack at once, so a
             // long job never trips the broker's consumer timeout into a rerun,

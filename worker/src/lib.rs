@@ -11,6 +11,7 @@ mod metrics;
 mod progress;
 mod registry;
 mod tools;
+mod trace;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -28,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(concurrency) = args.concurrency {
         settings.worker.concurrency = concurrency.max(1);
     }
-    unigen_core::telemetry::init("unigen-worker");
+    let _telemetry = unigen_core::telemetry::init("unigen-worker", &settings.telemetry);
     let shutdown = CancellationToken::new();
     tokio::spawn(unigen_core::telemetry::shutdown_on_signal(shutdown.clone()));
     unigen_worker::run(settings, shutdown).await

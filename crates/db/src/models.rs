@@ -123,6 +123,8 @@ pub struct Job {
     pub usage: Option<serde_json::Value>,
     /// `Cancel-After`: unfinished by then, the job is cancelled.
     pub cancel_after: Option<DateTime<Utc>>,
+    /// The W3C `traceparent` of the span that published it (tracing on).
+    pub trace_context: Option<String>,
 }
 
 /// A job to insert (`queries::jobs::insert_many`, one `unnest` statement).
@@ -137,6 +139,11 @@ pub struct NewJob<'a> {
     pub input_params: &'a serde_json::Value,
     pub estimated_credits: i64,
     pub cancel_after: Option<DateTime<Utc>>,
+    /// The `Idempotency-Key` claim (key and claim id) the job is created
+    /// under: the submission statement writes the job on that claim.
+    pub idempotency: Option<(&'a str, Uuid)>,
+    /// The `traceparent` of the span publishing it (tracing on).
+    pub trace_context: Option<&'a str>,
 }
 
 /// An outbox row: `type` is the event kind, `data` its payload.

@@ -75,6 +75,7 @@ diesel::table! {
         completed_at -> Nullable<Timestamptz>,
         usage -> Nullable<Jsonb>,
         cancel_after -> Nullable<Timestamptz>,
+        trace_context -> Nullable<Text>,
     }
 }
 

@@ -10,6 +10,7 @@ use unigen_core::batch::Batcher;
 use unigen_core::batched::Batched;
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::Tool;
+use unigen_core::telemetry::propagation;
 use unigen_db::billing::{Estimate, Refusal};
 use unigen_db::models::{Job, NewJob};
 use unigen_db::queries::jobs::Reserving;
@@ -51,6 +52,63 @@ struct Pending {
     input_params: serde_json::Value,
     estimate: Estimate,
     cancel_after: Option<DateTime<Utc>>,
+    idempotency: Option<(String, Uuid)>,
+    /// The publishing span's `traceparent`, kept on the row (issue 37).
+    trace_context: Option<String>,
+    /// Its `Idempotency-Key` claim is on its way while this lives (the
+    /// batch holds it until its statement is done).
+    _claim_in_flight: Option<ClaimInFlight>,
+}
+
+/// `Idempotency-Key` claims whose job is on its way to the database. A
+/// request dropped mid-submission waits for its claim here before it frees
+/// its key: the statement writing the job also writes it on the claim.
+#[derive(Clone, Default)]
+struct ClaimsInFlight(
+    Arc<std::sync::Mutex<std::collections::HashMap<Uuid, tokio::sync::watch::Sender<()>>>>,
+);
+
+/// One claim's submission, registered until dropped.
+struct ClaimInFlight {
+    claims: ClaimsInFlight,
+    claim_id: Uuid,
+}
+
+impl ClaimsInFlight {
+    fn register(&self, claim_id: Uuid) -> ClaimInFlight {
+        self.0
+            .lock()
+            .expect("claims lock")
+            .insert(claim_id, tokio::sync::watch::channel(()).0);
+        ClaimInFlight {
+            claims: self.clone(),
+            claim_id,
+        }
+    }
+
+    /// Returns once no submission of `claim_id` is on its way.
+    async fn settled(&self, claim_id: Uuid) {
+        let watching = self
+            .0
+            .lock()
+            .expect("claims lock")
+            .get(&claim_id)
+            .map(tokio::sync::watch::Sender::subscribe);
+        if let Some(mut watching) = watching {
+            // Nothing is ever sent: this returns when the sender is dropped.
+            let _ = watching.changed().await;
+        }
+    }
+}
+
+impl Drop for ClaimInFlight {
+    fn drop(&mut self) {
+        self.claims
+            .0
+            .lock()
+            .expect("claims lock")
+            .remove(&self.claim_id);
+    }
 }
 
 impl Pending {
@@ -65,6 +123,11 @@ impl Pending {
             input_params: &self.input_params,
             estimated_credits: self.estimate.credits,
             cancel_after: self.cancel_after,
+            idempotency: self
+                .idempotency
+                .as_ref()
+                .map(|(key, claim)| (key.as_str(), *claim)),
+            trace_context: self.trace_context.as_deref(),
         }
     }
 }
@@ -126,16 +189,41 @@ impl JobSubmitter {
                 publisher,
                 confirmed,
                 submissions,
+                claims: ClaimsInFlight::default(),
             },
             handle,
         )
     }
 
+    /// Returns once no job of this `Idempotency-Key` claim is on its way to
+    /// the database (written, refused, or never to be): a request dropped
+    /// mid-submission waits here before it frees its key.
+    pub async fn claim_settled(&self, claim_id: Uuid) {
+        self.claims.settled(claim_id).await;
+    }
+
     /// The job is durable once this returns; publishing is best effort here
     /// and guaranteed by the scheduler's relay.
     pub async fn submit(&self, request: NewJobRequest<'_>) -> Result<Job, SubmitError> {
+        let id = Uuid::now_v7();
+        // The PRODUCER span opens before the row is written: the row keeps
+        // its context for work that starts outside a message (the relay, the
+        // deadline sweep, webhook attempts).
+        let span = self.publisher.job_span(
+            &JobMessage {
+                job_id: id,
+                tool: request.tool.as_str().to_owned(),
+                attempt: 0,
+            },
+            None,
+        );
+        let trace_context = propagation::traceparent_of(&span);
+        let claim_in_flight = request
+            .idempotency
+            .as_ref()
+            .map(|(_, claim_id)| self.claims.register(*claim_id));
         let pending = Arc::new(Pending {
-            id: Uuid::now_v7(),
+            id,
             org_id: request.org_id,
             api_key_id: request.api_key_id,
             tool: request.tool,
@@ -144,6 +232,9 @@ impl JobSubmitter {
             input_params: request.input_params,
             estimate: request.estimate,
             cancel_after: request.cancel_after,
+            idempotency: request.idempotency,
+            trace_context,
+            _claim_in_flight: claim_in_flight,
         });
         let persisted = match self.submissions.call(pending.clone()).await {
             Some(persisted) => persisted,
@@ -158,7 +249,7 @@ impl JobSubmitter {
             tool: job.tool.clone(),
             attempt: job.attempt,
         };
-        match self.publisher.publish(&message).await {
+        match self.publisher.publish_in(&message, &span).await {
             Ok(()) => self.confirmed.push(job.id),
             Err(err) => {
                 tracing::warn!(job.id = %job.id, error = %err, "publish failed; the relay will retry")

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use futures_util::future::BoxFuture;
+use unigen_core::telemetry::propagation;
 use unigen_db::{DbError, PgPool, queries};
 use unigen_jobs::queue::{JobMessage, Publisher};
 
@@ -45,7 +46,11 @@ impl Relay {
                         tool: job.tool.clone(),
                         attempt: job.attempt,
                     };
-                    match self.publisher.publish(&message).await {
+                    // A new PRODUCER span (a trace of its own), linked to
+                    // the job's first publish.
+                    let link = propagation::span_context_from(job.trace_context.as_deref());
+                    let span = self.publisher.job_span(&message, link);
+                    match self.publisher.publish_in(&message, &span).await {
                         Ok(()) => confirmed.push(job.id),
                         Err(err) => {
                             failure = Some(err);

@@ -147,6 +147,7 @@ async fn attempt(
 ) {
     let started_at = Utc::now();
     let event = delivery.event();
+    let span = crate::trace::webhook_span(&pool, &delivery).await;
     let outcome = client
         .attempt(&SignedRequest {
             url: &delivery.url,
@@ -154,7 +155,9 @@ async fn attempt(
             custom_headers: &delivery.headers,
             event: &event,
         })
+        .instrument(span.clone())
         .await;
+    crate::trace::webhook_done(&span, outcome.status_code, outcome.error.is_some());
     let recorded = async {
         let mut conn = pool.get().await?;
         queries::record_attempt(&mut conn, &delivery, started_at, &outcome, &settings).await

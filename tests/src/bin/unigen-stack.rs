@@ -12,7 +12,8 @@ use unigen_core::config::Settings;
 async fn main() -> anyhow::Result<()> {
     let component = std::env::args().nth(1).unwrap_or_default();
     let settings = Settings::load()?;
-    unigen_core::telemetry::init(&format!("unigen-stack {component}"));
+    let _telemetry =
+        unigen_core::telemetry::init(&format!("unigen-{component}"), &settings.telemetry);
     let shutdown = CancellationToken::new();
     tokio::spawn(unigen_core::telemetry::shutdown_on_signal(shutdown.clone()));
     match component.as_str() {

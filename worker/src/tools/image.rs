@@ -12,6 +12,8 @@ use crate::WorkerContext;
 use crate::error::ToolError;
 use crate::progress::Progress;
 use crate::registry::ToolOutput;
+use crate::trace;
+use unigen_core::telemetry::semconv;
 
 /// Largest side accepted from an upstream image model.
 const UPSTREAM_MAX_SIDE: u32 = 8192;
@@ -24,30 +26,36 @@ pub async fn run(
     let params: ImageParams = params_of(job)?;
     let model = super::configured_model(context, job)?;
     if let Some(client) = context.providers.images(model) {
-        let images = client
-            .generate(&ImageCall {
-                model: model.upstream_model.as_deref().unwrap_or(&model.id),
-                prompt: &params.prompt,
-                negative_prompt: params.negative_prompt.as_deref(),
-                n: params.n,
-                width: params.width,
-                height: params.height,
-                seed: params.seed,
-                style: &params.style,
-            })
-            .await?;
+        let span = trace::media_call(model, semconv::output_type::IMAGE);
+        trace::record_prompt(&span, &params.prompt);
+        let request = ImageCall {
+            model: model.upstream_model.as_deref().unwrap_or(&model.id),
+            prompt: &params.prompt,
+            negative_prompt: params.negative_prompt.as_deref(),
+            n: params.n,
+            width: params.width,
+            height: params.height,
+            seed: params.seed,
+            style: &params.style,
+        };
+        let images = trace::call(span, None, client.generate(&request)).await?;
         return store_upstream_images(context, job, images).await;
     }
     let mut images = Vec::with_capacity(params.n as usize);
     for index in 0..params.n {
         // Transient provider failures are retried inside the attempt.
-        let png = retry_transient(|| async {
-            context.local.simulate_conditions().await?;
-            if params.logo.is_some() {
-                unigen_render::logo(&params, index).await
-            } else {
-                unigen_render::image(&params, index).await
-            }
+        // One CLIENT span per attempt: retries are visible in the trace.
+        let png = retry_transient(|| {
+            let span = trace::media_call(model, semconv::output_type::IMAGE);
+            trace::record_prompt(&span, &params.prompt);
+            trace::call(span, Some(&model.id), async {
+                context.local.simulate_conditions().await?;
+                if params.logo.is_some() {
+                    unigen_render::logo(&params, index).await
+                } else {
+                    unigen_render::image(&params, index).await
+                }
+            })
         })
         .await?;
         let key = store_output(context, job, &format!("{index}.png"), png).await?;

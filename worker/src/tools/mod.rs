@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 
 use unigen_core::ProviderError;
 use unigen_core::params::StoredInputs;
@@ -64,11 +65,23 @@ pub async fn store_output(
     bytes: Vec<u8>,
 ) -> Result<String, ToolError> {
     let key = format!("{}/{}/{name}", job.org_id, job.id);
-    context
+    let span = if unigen_core::telemetry::enabled() {
+        unigen_core::telemetry::spans::store_output(name, bytes.len())
+    } else {
+        tracing::Span::none()
+    };
+    let stored = context
         .store
         .put(&key, bytes)
-        .await
-        .map_err(|e| ToolError::Storage(e.to_string()))?;
+        .instrument(span.clone())
+        .await;
+    if stored.is_err() {
+        unigen_core::telemetry::spans::fail(
+            &span,
+            unigen_core::telemetry::semconv::error_type::STORAGE,
+        );
+    }
+    stored.map_err(|e| ToolError::Storage(e.to_string()))?;
     Ok(key)
 }
 

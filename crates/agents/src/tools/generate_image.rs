@@ -255,6 +255,7 @@ mod tests {
             completed_at: Some(now),
             usage: None,
             cancel_after: None,
+            trace_context: None,
         }
     }
 

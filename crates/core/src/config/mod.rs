@@ -9,10 +9,12 @@ use crate::domain::{ModelCategory, ModelTier};
 
 mod dashboard;
 mod search;
+mod telemetry;
 mod webhooks;
 
 pub use dashboard::DashboardSettings;
 pub use search::SearchSettings;
+pub use telemetry::TelemetrySettings;
 pub use webhooks::WebhookSettings;
 
 /// Channel of the `unigen_auth_changed` trigger (migration
@@ -71,6 +73,9 @@ pub struct Settings {
     /// `[dashboard]`: the web dashboard served by the API.
     #[serde(default)]
     pub dashboard: DashboardSettings,
+    /// `[telemetry]`: OpenTelemetry traces (`unigen_core::telemetry`).
+    #[serde(default)]
+    pub telemetry: TelemetrySettings,
     pub local_provider: LocalProviderSettings,
     /// `[metering]`: how API processes hold concurrency slots and credits.
     pub metering: MeteringSettings,

@@ -28,7 +28,8 @@ macro_rules! job_columns {
     () => {
         "id, org_id, api_key_id, tool, status, progress, model, model_tier, input_params, \
          output_data, estimated_credits, actual_credits, error_message, attempt, enqueued_at, \
-         worker_id, lease_expires_at, created_at, started_at, completed_at, usage, cancel_after"
+         worker_id, lease_expires_at, created_at, started_at, completed_at, usage, cancel_after, \
+         trace_context"
     };
 }
 
@@ -82,17 +83,25 @@ pub async fn insert_many_reserving(
                                       $6::timestamptz[]) AS r), \
          inserted AS ( \
            INSERT INTO jobs (id, org_id, api_key_id, tool, model, model_tier, input_params, \
-                             estimated_credits, cancel_after) \
+                             estimated_credits, cancel_after, trace_context) \
            SELECT j.id, j.org_id, j.api_key_id, j.tool, j.model, j.model_tier, j.input_params, \
-                  j.estimated_credits, j.cancel_after \
+                  j.estimated_credits, j.cancel_after, j.trace_context \
              FROM unnest($2::uuid[], $1::uuid[], $7::uuid[], $8::text[], $9::text[], $10::text[], \
-                         $11::jsonb[], $12::int8[], $13::timestamptz[]) WITH ORDINALITY \
+                         $11::jsonb[], $12::int8[], $13::timestamptz[], $16::text[]) WITH ORDINALITY \
                   AS j(id, org_id, api_key_id, tool, model, model_tier, input_params, \
-                       estimated_credits, cancel_after, ord) \
+                       estimated_credits, cancel_after, trace_context, ord) \
              JOIN r ON r.ord = j.ord AND r.outcome = 'ok' \
            RETURNING ",
         job_columns!(),
-        ") \
+        "), \
+         claimed AS ( \
+           UPDATE idempotency_keys k SET job_id = c.job_id \
+             FROM unnest($1::uuid[], $2::uuid[], $14::text[], $15::uuid[]) \
+                  AS c(org_id, job_id, idem_key, claim_id) \
+             JOIN inserted ON inserted.id = c.job_id \
+            WHERE k.org_id = c.org_id AND k.idem_key = c.idem_key \
+              AND k.claim_id = c.claim_id AND k.state = 'in_flight' \
+           RETURNING k.job_id) \
          SELECT r.ord, r.outcome, r.remaining, r.hard_limit, inserted.* \
            FROM r LEFT JOIN inserted ON inserted.id = ($2::uuid[])[r.ord] \
           ORDER BY r.ord"
@@ -118,6 +127,20 @@ pub async fn insert_many_reserving(
     .bind::<Array<Nullable<Timestamptz>>, _>(
         jobs.iter().map(|j| j.cancel_after).collect::<Vec<_>>(),
     )
+    // The Idempotency-Key claim each job is created under: written in this
+    // statement, so no request can end between the job and its key.
+    .bind::<Array<Nullable<Text>>, _>(
+        jobs.iter()
+            .map(|j| j.idempotency.map(|(key, _)| key))
+            .collect::<Vec<_>>(),
+    )
+    .bind::<Array<Nullable<SqlUuid>>, _>(
+        jobs.iter()
+            .map(|j| j.idempotency.map(|(_, claim)| claim))
+            .collect::<Vec<_>>(),
+    )
+    // The publishing span's traceparent (issue 37), NULL with tracing off.
+    .bind::<Array<Nullable<Text>>, _>(jobs.iter().map(|j| j.trace_context).collect::<Vec<_>>())
     .prepared()
     .load(conn)
     .await?;
@@ -707,6 +730,9 @@ pub struct UnpublishedJob {
     pub tool: String,
     #[diesel(sql_type = Integer)]
     pub attempt: i32,
+    /// The `traceparent` of the job's first publish (tracing on).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub trace_context: Option<String>,
 }
 
 /// Pending jobs the broker never confirmed, created more than `grace` ago,
@@ -717,7 +743,7 @@ pub async fn lock_unpublished(
     limit: i64,
 ) -> Result<Vec<UnpublishedJob>, DbError> {
     Ok(diesel::sql_query(
-        "SELECT id, tool, attempt FROM jobs \
+        "SELECT id, tool, attempt, trace_context FROM jobs \
          WHERE status = 'pending' AND enqueued_at IS NULL \
            AND created_at < now() - make_interval(secs => $1) \
          ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED",
@@ -890,6 +916,21 @@ pub async fn delete(conn: &mut AsyncPgConnection, ids: &[Uuid]) -> Result<usize,
     Ok(diesel::delete(jobs::table.filter(jobs::id.eq_any(ids)))
         .execute(conn)
         .await?)
+}
+
+/// The W3C `traceparent` the job was first published under (issue 37), for
+/// the spans of later work on it (webhook attempts) to link to.
+pub async fn trace_context(
+    conn: &mut AsyncPgConnection,
+    id: Uuid,
+) -> Result<Option<String>, DbError> {
+    Ok(jobs::table
+        .find(id)
+        .select(jobs::trace_context)
+        .first::<Option<String>>(conn)
+        .await
+        .optional()?
+        .flatten())
 }
 
 #[cfg(test)]

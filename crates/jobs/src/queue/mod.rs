@@ -4,6 +4,7 @@
 mod connection;
 mod publisher;
 mod topology;
+mod trace;
 
 pub use connection::{
     CONNECT_TIMEOUT, ConnectError, JobMessage, KNOWLEDGE_QUEUE, KnowledgeMessage, SharedConnection,
@@ -11,3 +12,4 @@ pub use connection::{
 };
 pub use publisher::{PublishError, Publisher};
 pub use topology::Topology;
+pub use trace::message_context;

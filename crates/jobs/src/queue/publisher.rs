@@ -1,12 +1,15 @@
 use std::time::{Duration, Instant};
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use tokio::sync::Mutex;
+use tracing::Instrument;
 
 use super::connection::{self, JobMessage, KNOWLEDGE_QUEUE, KnowledgeMessage};
 use super::topology::Topology;
 use unigen_core::domain::Tool;
+use unigen_core::telemetry::{self, SpanContext, propagation, semconv, spans};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -116,19 +119,75 @@ impl Publisher {
         Ok((connection, channel))
     }
 
-    /// Publishes and waits for the broker's confirm, within the timeout.
+    /// Publishes and waits for the broker's confirm, within the timeout,
+    /// in a PRODUCER span of its own (a child of the current span).
     pub async fn publish(&self, message: &JobMessage) -> Result<(), PublishError> {
+        let span = self.job_span(message, None);
+        self.publish_in(message, &span).await
+    }
+
+    /// The PRODUCER span of publishing `message`: a child of the current
+    /// span, linked to `link` (a job's earlier context, on a recovery
+    /// republish). Disabled when tracing is off.
+    pub fn job_span(&self, message: &JobMessage, link: Option<SpanContext>) -> tracing::Span {
+        if !telemetry::enabled() {
+            return tracing::Span::none();
+        }
+        spans::publish(
+            &self.topology.exchange(),
+            &message.tool,
+            &message.job_id.to_string(),
+            link,
+        )
+    }
+
+    /// [`Publisher::publish`] within `span` (see [`Publisher::job_span`]):
+    /// its context travels in the message's `traceparent` / `tracestate`.
+    pub async fn publish_in(
+        &self,
+        message: &JobMessage,
+        span: &tracing::Span,
+    ) -> Result<(), PublishError> {
         let payload = serde_json::to_vec(message).expect("job message serializes");
-        self.publish_to(&message.tool, &message.job_id.to_string(), payload)
-            .await
+        let headers = propagation::headers_of(span);
+        let result = self
+            .publish_to(&message.tool, &message.job_id.to_string(), payload, headers)
+            .instrument(span.clone())
+            .await;
+        if result.is_err() {
+            spans::fail(span, semconv::error_type::BROKER);
+        }
+        result
     }
 
     /// Publishes a knowledge file's message to the `knowledge` queue, as
     /// [`Publisher::publish`] does a job's.
     pub async fn publish_knowledge(&self, message: &KnowledgeMessage) -> Result<(), PublishError> {
         let payload = serde_json::to_vec(message).expect("knowledge message serializes");
-        self.publish_to(KNOWLEDGE_QUEUE, &message.file_id.to_string(), payload)
-            .await
+        let span = if telemetry::enabled() {
+            spans::publish(
+                &self.topology.exchange(),
+                KNOWLEDGE_QUEUE,
+                &message.file_id.to_string(),
+                None,
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let headers = propagation::headers_of(&span);
+        let result = self
+            .publish_to(
+                KNOWLEDGE_QUEUE,
+                &message.file_id.to_string(),
+                payload,
+                headers,
+            )
+            .instrument(span.clone())
+            .await;
+        if result.is_err() {
+            spans::fail(&span, semconv::error_type::BROKER);
+        }
+        result
     }
 
     async fn publish_to(
@@ -136,8 +195,9 @@ impl Publisher {
         routing_key: &str,
         message_id: &str,
         payload: Vec<u8>,
+        trace_headers: Vec<(&'static str, String)>,
     ) -> Result<(), PublishError> {
-        let publish = self.publish_confirmed(routing_key, message_id, &payload);
+        let publish = self.publish_confirmed(routing_key, message_id, &payload, trace_headers);
         match tokio::time::timeout(self.timeout, publish).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(err)) => {
@@ -159,12 +219,20 @@ impl Publisher {
         routing_key: &str,
         message_id: &str,
         payload: &[u8],
+        trace_headers: Vec<(&'static str, String)>,
     ) -> Result<(), PublishError> {
         let channel = self.ensure_connected().await?;
-        let properties = BasicProperties::default()
+        let mut properties = BasicProperties::default()
             .with_delivery_mode(2)
             .with_content_type("application/json".into())
             .with_message_id(message_id.into());
+        if !trace_headers.is_empty() {
+            let mut headers = FieldTable::default();
+            for (name, value) in trace_headers {
+                headers.insert(ShortString::from(name), AMQPValue::LongString(value.into()));
+            }
+            properties = properties.with_headers(headers);
+        }
         let confirmation = channel
             .basic_publish(
                 self.topology.exchange().into(),

@@ -1,0 +1,458 @@
+//! Traces (issue 37), captured by an in-memory span exporter installed
+//! before the stack starts (nextest runs each test in its own process, so
+//! each test sees its own spans only): a sync image request is one trace from
+//! the API's SERVER span through RabbitMQ to the worker's GenAI CLIENT span
+//! and the stored file; the webhook attempt is a trace of its own linked to
+//! it; a client's `traceparent` parents the API span; content is recorded
+//! only with the opt-in.
+
+use std::time::Duration;
+
+use opentelemetry::trace::{SpanId, SpanKind, TraceId};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
+use serde_json::json;
+use unigen_core::config::TelemetrySettings;
+use unigen_core::telemetry::{self, Telemetry};
+use unigen_tests::{TestApp, json_of};
+
+use crate::webhooks::{eventually, receiver, register, requests_of};
+
+/// Installs tracing with an in-memory exporter (before the stack starts).
+fn traced(settings: TelemetrySettings) -> (InMemorySpanExporter, Telemetry) {
+    let exporter = InMemorySpanExporter::default();
+    let guard = telemetry::init_with_exporter("unigen-tests", &settings, exporter.clone());
+    assert!(
+        telemetry::enabled(),
+        "another subscriber was installed first: run under nextest (one process per test)"
+    );
+    (exporter, guard)
+}
+
+fn attr(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.as_str().into_owned())
+}
+
+fn required(span: &SpanData, key: &str) -> String {
+    attr(span, key).unwrap_or_else(|| {
+        panic!(
+            "span `{}` lacks {key}: {:?}",
+            span.name,
+            span.attributes
+                .iter()
+                .map(|kv| kv.key.as_str())
+                .collect::<Vec<_>>()
+        )
+    })
+}
+
+fn one<'a>(spans: &'a [SpanData], what: &str, test: impl Fn(&SpanData) -> bool) -> &'a SpanData {
+    let found: Vec<&SpanData> = spans.iter().filter(|s| test(s)).collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {what} span, found {}: {:#?}",
+        found.len(),
+        spans
+            .iter()
+            .map(|s| (&s.name, s.span_kind.clone()))
+            .collect::<Vec<_>>()
+    );
+    found[0]
+}
+
+/// Whether `ancestor` is `span`'s parent, grandparent, ... in the spans seen.
+fn descends_from(spans: &[SpanData], span: &SpanData, ancestor: &SpanData) -> bool {
+    let mut parent = span.parent_span_id;
+    while parent != SpanId::INVALID {
+        if parent == ancestor.span_context.span_id() {
+            return true;
+        }
+        match spans.iter().find(|s| s.span_context.span_id() == parent) {
+            Some(next) => parent = next.parent_span_id,
+            None => return false,
+        }
+    }
+    false
+}
+
+fn trace_id_of(traceparent: &str) -> TraceId {
+    TraceId::from_hex(traceparent.split('-').nth(1).expect("a traceparent")).expect("hex")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_image_request_is_one_trace_from_the_api_through_rabbitmq_to_the_stored_file() {
+    let (exporter, _telemetry) = traced(TelemetrySettings::default());
+    let app = TestApp::spawn().await;
+    let hooks = receiver(0, 200).await;
+    register(&app, &hooks, &["generation.completed"]).await;
+
+    let response = app
+        .post_json(
+            "/api/v1/images/generations",
+            &app.key,
+            &json!({"prompt": "a lighthouse at dusk", "size": "512x512"}),
+        )
+        .await;
+    let traceparent = response
+        .headers()
+        .get("traceparent")
+        .expect("every response carries traceparent")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (status, _) = json_of(response).await;
+    assert_eq!(status, 200);
+    let delivered = requests_of(&hooks, 1).await;
+    let envelope: serde_json::Value = serde_json::from_slice(&delivered[0].body).unwrap();
+    let job_id = envelope["data"]["jobId"].as_str().unwrap().to_owned();
+    let job = app.job(&job_id).await;
+
+    // The webhook attempt's span ends once the attempt is recorded.
+    let spans = eventually("the webhook attempt's span", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .iter()
+            .any(|s| s.span_kind == SpanKind::Client && attr(s, "unigen.webhook.id").is_some())
+            .then_some(spans)
+    })
+    .await;
+
+    // The API's SERVER span, named after its route, with the caller's ids.
+    let server = one(&spans, "SERVER", |s| {
+        s.span_kind == SpanKind::Server && s.name == "POST /api/v1/images/generations"
+    });
+    let trace = server.span_context.trace_id();
+    assert_eq!(
+        trace_id_of(&traceparent),
+        trace,
+        "the response names the trace"
+    );
+    assert!(
+        traceparent.contains(&server.span_context.span_id().to_string()),
+        "the response's traceparent names the SERVER span"
+    );
+    assert_eq!(required(server, "http.request.method"), "POST");
+    assert_eq!(required(server, "http.route"), "/api/v1/images/generations");
+    assert_eq!(required(server, "http.response.status_code"), "200");
+    assert_eq!(required(server, "unigen.org.id"), app.org_id.to_string());
+    required(server, "unigen.api_key.id");
+    assert!(required(server, "unigen.request.id").starts_with("req_"));
+    assert_eq!(
+        job["traceId"],
+        trace.to_string(),
+        "the job JSON carries traceId"
+    );
+
+    // PRODUCER: publish {exchange}:{routing key}, under the SERVER span.
+    let exchange = format!("{}unigen.jobs", app.settings.rabbitmq.prefix);
+    let producer = one(&spans, "PRODUCER", |s| {
+        s.span_kind == SpanKind::Producer && s.span_context.trace_id() == trace
+    });
+    assert_eq!(producer.name, format!("publish {exchange}:image"));
+    assert_eq!(producer.parent_span_id, server.span_context.span_id());
+    assert_eq!(required(producer, "messaging.system"), "rabbitmq");
+    assert_eq!(required(producer, "messaging.destination.name"), exchange);
+    assert_eq!(
+        required(producer, "messaging.rabbitmq.destination.routing_key"),
+        "image"
+    );
+    assert_eq!(required(producer, "messaging.message.id"), job_id);
+
+    // CONSUMER: process {queue}, parented on the message's context, linked to it.
+    let queue = format!("{}jobs.image", app.settings.rabbitmq.prefix);
+    let consumer = one(&spans, "CONSUMER", |s| {
+        s.span_kind == SpanKind::Consumer && s.span_context.trace_id() == trace
+    });
+    assert_eq!(consumer.name, format!("process {queue}"));
+    assert_eq!(consumer.parent_span_id, producer.span_context.span_id());
+    assert!(consumer.parent_span_is_remote, "the parent came over AMQP");
+    assert!(
+        consumer
+            .links
+            .iter()
+            .any(|link| link.span_context.span_id() == producer.span_context.span_id()),
+        "the CONSUMER span links the creation context"
+    );
+    assert_eq!(required(consumer, "unigen.job.id"), job_id);
+    assert_eq!(required(consumer, "unigen.job.attempt"), "1");
+    assert_eq!(required(consumer, "messaging.system"), "rabbitmq");
+
+    // GenAI CLIENT: {operation} {model}, under the CONSUMER span.
+    let gen_ai = one(&spans, "GenAI CLIENT", |s| {
+        s.span_kind == SpanKind::Client && s.span_context.trace_id() == trace
+    });
+    assert_eq!(gen_ai.name, "generate_content local/procedural-v1");
+    assert!(descends_from(&spans, gen_ai, consumer));
+    assert_eq!(
+        required(gen_ai, "gen_ai.operation.name"),
+        "generate_content"
+    );
+    assert_eq!(required(gen_ai, "gen_ai.provider.name"), "unigen.local");
+    assert_eq!(
+        required(gen_ai, "gen_ai.request.model"),
+        "local/procedural-v1"
+    );
+    assert_eq!(
+        required(gen_ai, "gen_ai.response.model"),
+        "local/procedural-v1"
+    );
+    assert_eq!(required(gen_ai, "gen_ai.output.type"), "image");
+    assert_eq!(required(gen_ai, "gen_ai.request.stream"), "false");
+    assert!(attr(gen_ai, "error.type").is_none());
+
+    // Storing the output, after the provider call, in the same job.
+    let stored = one(&spans, "storage", |s| {
+        s.name == "store output" && s.span_context.trace_id() == trace
+    });
+    assert!(descends_from(&spans, stored, consumer));
+    assert!(stored.start_time >= gen_ai.end_time);
+    assert_eq!(required(stored, "unigen.file.name"), "0.png");
+
+    // No content without the opt-in, and never the key.
+    for span in &spans {
+        for kv in &span.attributes {
+            assert!(
+                !kv.key.as_str().starts_with("gen_ai.input")
+                    && !kv.key.as_str().starts_with("gen_ai.output.messages"),
+                "content attribute {} without the opt-in",
+                kv.key
+            );
+            assert!(
+                !kv.value.as_str().contains(&app.key),
+                "the key on span {}",
+                span.name
+            );
+            assert!(
+                !kv.value.as_str().contains("lighthouse"),
+                "prompt text on {}",
+                span.name
+            );
+        }
+    }
+
+    // The webhook attempt: a CLIENT span of its own trace, linked to the job's.
+    let webhook = one(&spans, "webhook CLIENT", |s| {
+        s.span_kind == SpanKind::Client && attr(s, "unigen.webhook.id").is_some()
+    });
+    assert_eq!(webhook.name, "POST");
+    assert_ne!(webhook.span_context.trace_id(), trace);
+    assert!(
+        webhook
+            .links
+            .iter()
+            .any(|link| link.span_context.trace_id() == trace
+                && link.span_context.span_id() == producer.span_context.span_id()),
+        "the webhook attempt links the job's trace"
+    );
+    assert_eq!(required(webhook, "http.response.status_code"), "200");
+    assert_eq!(required(webhook, "server.address"), "127.0.0.1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_traceparent_is_the_parent_of_the_api_span() {
+    let (exporter, _telemetry) = traced(TelemetrySettings::default());
+    let app = TestApp::spawn().await;
+    let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let response = app
+        .client
+        .get(app.url("/api/v1/jobs"))
+        .bearer_auth(&app.key)
+        .header("traceparent", format!("00-{trace}-{parent}-01"))
+        .header("tracestate", "vendor=opaque")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answered = response.headers()["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(trace_id_of(&answered).to_string(), trace);
+    assert!(
+        !answered.contains(parent),
+        "the response names the API span"
+    );
+    let spans = eventually("the SERVER span", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .iter()
+            .any(|s| s.span_kind == SpanKind::Server && s.name == "GET /api/v1/jobs")
+            .then_some(spans)
+    })
+    .await;
+    let server = one(&spans, "SERVER", |s| {
+        s.span_kind == SpanKind::Server && s.name == "GET /api/v1/jobs"
+    });
+    assert_eq!(server.span_context.trace_id().to_string(), trace);
+    assert_eq!(server.parent_span_id.to_string(), parent);
+    assert!(server.parent_span_is_remote);
+    assert_eq!(
+        server.span_context.trace_state().header(),
+        "vendor=opaque",
+        "tracestate is kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_are_recorded_only_with_the_content_opt_in() {
+    let (exporter, _telemetry) = traced(TelemetrySettings {
+        record_content: true,
+        ..TelemetrySettings::default()
+    });
+    let app = TestApp::spawn().await;
+    let id = app
+        .submit_image_async(&json!({"prompt": "a lighthouse at dusk", "size": "512x512"}))
+        .await;
+    let job = app.wait_for_job(&id, Duration::from_secs(60)).await;
+    assert_eq!(job["status"], "completed", "{job}");
+    let spans = eventually("the GenAI span", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .iter()
+            .any(|s| s.name.starts_with("generate_content "))
+            .then_some(spans)
+    })
+    .await;
+    let gen_ai = one(&spans, "GenAI CLIENT", |s| {
+        s.name.starts_with("generate_content ")
+    });
+    let messages: serde_json::Value =
+        serde_json::from_str(&required(gen_ai, "gen_ai.input.messages")).unwrap();
+    assert_eq!(
+        messages[0]["parts"][0]["content"], "a lighthouse at dusk",
+        "{messages}"
+    );
+    assert_eq!(
+        job["traceId"],
+        gen_ai.span_context.trace_id().to_string(),
+        "an async job's traceId names the trace of its request"
+    );
+}
+
+/// One exported span: its service and what the checks read.
+struct Exported {
+    service: String,
+    name: String,
+    kind: i32,
+    trace_id: Vec<u8>,
+    links: Vec<Vec<u8>>,
+}
+
+/// Every span of every OTLP/HTTP request the receiver got.
+async fn exported(receiver: &wiremock::MockServer) -> Vec<Exported> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use prost::Message;
+    let mut spans = Vec::new();
+    for request in receiver.received_requests().await.unwrap_or_default() {
+        assert_eq!(request.url.path(), "/v1/traces");
+        assert_eq!(request.headers["content-type"], "application/x-protobuf");
+        let batch =
+            ExportTraceServiceRequest::decode(request.body.as_slice()).expect("OTLP protobuf");
+        for resource in batch.resource_spans {
+            let service = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+                .map(|v| match v {
+                    Value::StringValue(s) => s.clone(),
+                    other => format!("{other:?}"),
+                })
+                .unwrap_or_default();
+            for scope in resource.scope_spans {
+                for span in scope.spans {
+                    spans.push(Exported {
+                        service: service.clone(),
+                        name: span.name,
+                        kind: span.kind,
+                        trace_id: span.trace_id,
+                        links: span.links.into_iter().map(|l| l.trace_id).collect(),
+                    });
+                }
+            }
+        }
+    }
+    spans
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_otlp_receiver_gets_one_trace_from_the_api_request_to_the_worker_s_provider_span() {
+    use opentelemetry_proto::tonic::trace::v1::span::SpanKind as Kind;
+    const STACK: &str = env!("CARGO_BIN_EXE_unigen-stack");
+    let collector = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(wiremock::ResponseTemplate::new(200))
+        .mount(&collector)
+        .await;
+    let settings = TelemetrySettings {
+        enabled: true,
+        endpoint: collector.uri(),
+        ..TelemetrySettings::default()
+    };
+    // The production path: batched OTLP/HTTP export from each binary.
+    let api_telemetry = telemetry::init("unigen-api", &settings);
+    assert!(telemetry::enabled());
+    let for_components = settings.clone();
+    let app = TestApp::spawn_with(
+        unigen_tests::TestOptions::default()
+            .without_worker()
+            .without_scheduler()
+            .configure(move |s| s.telemetry = for_components),
+    )
+    .await;
+    let mut worker = app.spawn_process(STACK, "worker", |_| {});
+    let mut scheduler = app.spawn_process(STACK, "scheduler", |_| {});
+    let hooks = receiver(0, 200).await;
+    register(&app, &hooks, &["generation.completed"]).await;
+    let response = app
+        .post_json(
+            "/api/v1/images/generations",
+            &app.key,
+            &json!({"prompt": "a lighthouse at dusk", "size": "512x512"}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let trace = trace_id_of(response.headers()["traceparent"].to_str().unwrap());
+    requests_of(&hooks, 1).await;
+    // A stopping binary flushes what it holds.
+    worker.terminate(Duration::from_secs(20)).await;
+    scheduler.terminate(Duration::from_secs(20)).await;
+    api_telemetry.flush();
+
+    let spans = exported(&collector).await;
+    let trace = trace.to_bytes().to_vec();
+    let find = |service: &str, kind: Kind, name: &dyn Fn(&str) -> bool| {
+        spans
+            .iter()
+            .find(|s| s.service == service && s.kind == kind as i32 && name(&s.name))
+    };
+    let server = find("unigen-api", Kind::Server, &|n| {
+        n == "POST /api/v1/images/generations"
+    })
+    .expect("the API's SERVER span");
+    assert_eq!(server.trace_id, trace);
+    let producer = find("unigen-api", Kind::Producer, &|n| n.starts_with("publish "))
+        .expect("the API's PRODUCER span");
+    assert_eq!(producer.trace_id, trace);
+    let consumer = find("unigen-worker", Kind::Consumer, &|n| {
+        n.starts_with("process ")
+    })
+    .expect("the worker's CONSUMER span");
+    assert_eq!(consumer.trace_id, trace, "one trace id across RabbitMQ");
+    let provider = find("unigen-worker", Kind::Client, &|n| {
+        n == "generate_content local/procedural-v1"
+    })
+    .expect("the worker's provider span");
+    assert_eq!(
+        provider.trace_id, trace,
+        "one trace id to the provider span"
+    );
+    let webhook = find("unigen-scheduler", Kind::Client, &|n| n == "POST")
+        .expect("the scheduler's webhook attempt");
+    assert!(webhook.links.contains(&trace), "linked to the job's trace");
+}
