@@ -176,8 +176,9 @@ pub async fn spawn(
             prefix: settings.dashboard.normalized_prefix(),
             secure_cookies: settings.http.public_base_url.starts_with("https://"),
             settings: settings.dashboard.clone(),
-            keys_changed: Arc::new(move || keys.clear()),
+            keys_changed: Arc::new(move |key_id| keys.evict(key_id)),
             allow_private_webhooks: settings.webhooks.allow_private_addresses,
+            webhook_settings: settings.webhooks.clone(),
         }
     });
     let state = AppState {

@@ -43,6 +43,8 @@ pub struct AppState {
     pub limits: Limits,
     /// `webhooks.allow_private_addresses`: http:// and private webhook targets.
     pub allow_private_webhooks: bool,
+    /// `[webhooks]`: the manual-send rate and the replay cap.
+    pub webhook_settings: unigen_core::config::WebhookSettings,
     /// Unix time the process started: the `created` of configured models.
     pub started_at: i64,
     /// What agent runs need (their tools, models, knowledge look-ups).

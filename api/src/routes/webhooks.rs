@@ -215,10 +215,21 @@ pub struct ReplayRequest {
     pub status: Option<Value>,
 }
 
-/// The answer to a replay: how many deliveries are attempted again.
+/// The answer to a replay: how many deliveries are attempted again, and
+/// how many more matched (a replay queues at most `webhooks.replay_max_per_call`,
+/// oldest event first; replay again for the rest).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReplayQueued {
     pub replayed: usize,
+    pub remaining: i64,
+}
+
+/// A manual send (test, redelivery, replay) over the webhook's minute.
+fn manual_sends_spent(retry_after_seconds: u64) -> ApiError {
+    ApiError::RateLimited {
+        message: "Too many test events, redeliveries and replays for this webhook; retry after Retry-After seconds",
+        retry_after_seconds,
+    }
 }
 
 const KIND: &str = "webhook";
@@ -262,9 +273,9 @@ pub async fn create_webhook(
     };
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     match queries::webhooks::create_within_plan(&mut conn, &new).await? {
-        CreateOutcome::Created(webhook) => {
-            Ok(HttpResponse::Created().json(WebhookView::new(*webhook, true)))
-        }
+        CreateOutcome::Created(webhook) => Ok(HttpResponse::Created().json(
+            replayed_without_secret(&caller, WebhookView::new(*webhook, true)),
+        )),
         CreateOutcome::NotOnPlan { plan } => Err(ApiError::NotOnPlan(format!(
             "Webhooks are not available on the {plan} plan"
         ))),
@@ -437,7 +448,22 @@ pub async fn rotate_webhook_secret(
     let webhook = queries::webhooks::rotate_secret(&mut conn, caller.org_id, id, &secret)
         .await?
         .ok_or_else(|| not_found(KIND, &path))?;
-    Ok(HttpResponse::Ok().json(WebhookView::new(webhook, true)))
+    Ok(HttpResponse::Ok().json(replayed_without_secret(
+        &caller,
+        WebhookView::new(webhook, true),
+    )))
+}
+
+/// An `Idempotency-Key` replay answers the same fields without the signing
+/// secret, which is never stored with the key's record (as a new API key's
+/// value is not).
+fn replayed_without_secret(caller: &Caller, mut view: WebhookView) -> WebhookView {
+    let secret = view.secret.take();
+    caller
+        .effects
+        .replay_with(|| serde_json::to_vec(&view).ok().map(Into::into));
+    view.secret = secret;
+    view
 }
 
 /// Send a `webhook.test` event to this webhook only (delivered, signed and
@@ -449,6 +475,7 @@ pub async fn rotate_webhook_secret(
         (status = 202, body = TestEventQueued),
         (status = 404, description = "Unknown webhook (another organization's included)", body = ErrorBody),
         (status = 409, description = "`webhook_disabled`: the webhook is disabled; enable it (PATCH `enabled: true`) first", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: the webhook's test events, redeliveries and replays of this minute (`webhooks.manual_sends_per_minute`) are spent; `Retry-After` says when the next is taken", body = ErrorBody),
     ),
     security(("bearer" = ["webhooks"]))
 )]
@@ -461,7 +488,15 @@ pub async fn test_webhook(
     caller.require(Scope::Webhooks)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     let webhook = enabled_webhook(&mut conn, &caller, &path).await?;
-    let event = queries::webhooks::send_test_event(&mut conn, &webhook).await?;
+    let event =
+        match queries::webhooks::send_test_event(&mut conn, &webhook, &state.webhook_settings)
+            .await?
+        {
+            TestOutcome::Queued(event) => event,
+            TestOutcome::RateLimited {
+                retry_after_seconds,
+            } => return Err(manual_sends_spent(retry_after_seconds)),
+        };
     state.notifier.events_recorded();
     Ok(HttpResponse::Accepted().json(TestEventQueued {
         event_id: event.id,
@@ -559,6 +594,7 @@ async fn enabled_webhook(
         (status = 403, description = "Missing scope `webhooks`", body = ErrorBody),
         (status = 404, description = "Unknown webhook (another organization's included), or no such delivery of this webhook", body = ErrorBody),
         (status = 409, description = "`webhook_disabled`: enable the webhook first; `delivery_in_flight`: an attempt of this delivery is under way, retry when it has ended", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: the webhook's test events, redeliveries and replays of this minute (`webhooks.manual_sends_per_minute`) are spent; `Retry-After` says when the next is taken", body = ErrorBody),
     ),
     security(("bearer" = ["webhooks"]))
 )]
@@ -573,7 +609,9 @@ pub async fn redeliver_webhook_delivery(
     let delivery_id = path_id(DELIVERY_KIND, &raw_delivery)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     let webhook = enabled_webhook(&mut conn, &caller, &raw_webhook).await?;
-    match queries::webhooks::redeliver(&mut conn, webhook.id, delivery_id).await? {
+    match queries::webhooks::redeliver(&mut conn, webhook.id, delivery_id, &state.webhook_settings)
+        .await?
+    {
         RedeliverOutcome::Queued { event_id } => {
             state.notifier.events_recorded();
             Ok(HttpResponse::Accepted().json(RedeliveryQueued {
@@ -585,6 +623,9 @@ pub async fn redeliver_webhook_delivery(
         RedeliverOutcome::InFlight => Err(ApiError::DeliveryInFlight(
             "an attempt of this delivery is in flight; redeliver once it has ended".into(),
         )),
+        RedeliverOutcome::RateLimited {
+            retry_after_seconds,
+        } => Err(manual_sends_spent(retry_after_seconds)),
     }
 }
 
@@ -595,13 +636,14 @@ pub async fn redeliver_webhook_delivery(
     params(("id" = String, Path, description = "Webhook id")),
     request_body = ReplayRequest,
     responses(
-        (status = 202, description = "`replayed` deliveries are queued; the scheduler attempts them at once", body = ReplayQueued),
+        (status = 202, description = "`replayed` deliveries (at most `webhooks.replay_max_per_call`, oldest event first) are queued; the scheduler attempts them at once; `remaining` more matched: replay again for them", body = ReplayQueued),
         (status = 400, description = "`since` missing or not ISO 8601, or `status` other than `failed`; `param` names the field", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 403, description = "Missing scope `webhooks`", body = ErrorBody),
         (status = 404, description = "Unknown webhook (another organization's included)", body = ErrorBody),
         (status = 409, description = "`webhook_disabled`: enable the webhook first", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: the webhook's test events, redeliveries and replays of this minute (`webhooks.manual_sends_per_minute`) are spent; `Retry-After` says when the next is taken", body = ErrorBody),
     ),
     security(("bearer" = ["webhooks"]))
 )]
@@ -618,11 +660,29 @@ pub async fn replay_webhook_deliveries(
     replay_status(request.status.as_ref())?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     let webhook = enabled_webhook(&mut conn, &caller, &path).await?;
-    let replayed = queries::webhooks::replay_failed(&mut conn, webhook.id, since).await?;
+    let (replayed, remaining) = match queries::webhooks::replay_failed(
+        &mut conn,
+        webhook.id,
+        since,
+        &state.webhook_settings,
+    )
+    .await?
+    {
+        ReplayOutcome::Queued {
+            replayed,
+            remaining,
+        } => (replayed, remaining),
+        ReplayOutcome::RateLimited {
+            retry_after_seconds,
+        } => return Err(manual_sends_spent(retry_after_seconds)),
+    };
     if replayed > 0 {
         state.notifier.events_recorded();
     }
-    Ok(HttpResponse::Accepted().json(ReplayQueued { replayed }))
+    Ok(HttpResponse::Accepted().json(ReplayQueued {
+        replayed,
+        remaining,
+    }))
 }
 
 fn replay_since(since: Option<&Value>) -> Result<DateTime<Utc>, ValidationError> {

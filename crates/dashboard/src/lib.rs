@@ -52,12 +52,15 @@ pub struct DashboardState {
     pub prefix: String,
     /// The session cookie is `Secure` (`http.public_base_url` is https).
     pub secure_cookies: bool,
-    /// Called after a key is revoked, so this process's key cache forgets
-    /// it at once (others hear the database's notification).
-    pub keys_changed: Arc<dyn Fn() + Send + Sync>,
+    /// Called with a key's id after it is revoked, so this process's key
+    /// cache forgets it (and only it) at once (others hear the database's
+    /// notification).
+    pub keys_changed: Arc<dyn Fn(uuid::Uuid) + Send + Sync>,
     /// Webhook URLs may name private and loopback addresses
     /// (`webhooks.allow_private_addresses`, as for the API).
     pub allow_private_webhooks: bool,
+    /// `[webhooks]`: the manual-send rate and the replay cap, as for the API.
+    pub webhook_settings: unigen_core::config::WebhookSettings,
 }
 
 impl DashboardState {

@@ -202,6 +202,8 @@ diesel::table! {
         disabled_reason -> Nullable<Text>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        manual_window_at -> Nullable<Timestamptz>,
+        manual_sends -> Int4,
     }
 }
 
@@ -220,6 +222,7 @@ diesel::table! {
         manual_attempt -> Bool,
         manual_attempts -> Int4,
         resume_at -> Nullable<Timestamptz>,
+        leased_until -> Nullable<Timestamptz>,
     }
 }
 

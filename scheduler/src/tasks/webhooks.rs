@@ -13,6 +13,7 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use unigen_db::notify::{EVENTS_RECORDED, ListenerHub};
 use unigen_db::queries::webhooks as queries;
 use unigen_db::queries::webhooks::{ClaimedDelivery, Settled};
@@ -91,7 +92,7 @@ impl WebhookDelivery {
     ) -> Result<usize, DbError> {
         let claimed = {
             let mut conn = self.pool.get().await?;
-            queries::claim_due(&mut conn, limit as i64, self.settings.lease()).await?
+            queries::claim_due(&mut conn, limit as i64, &self.settings).await?
         };
         let count = claimed.len();
         for delivery in claimed {
@@ -106,12 +107,14 @@ impl WebhookDelivery {
         Ok(count)
     }
 
-    /// How long to sleep: until the earliest pending delivery falls due,
-    /// at least [`MIN_PAUSE`], at most `poll`.
+    /// How long to sleep: until the earliest pending delivery not held back
+    /// by an in-flight cap falls due, or a lease in flight ends; at least
+    /// [`MIN_PAUSE`], at most `poll`. An attempt of ours that ends wakes the
+    /// loop sooner (its slot may be what a capped delivery waits for).
     async fn until_next_due(&self, poll: Duration) -> Duration {
         let next = async {
             let mut conn = self.pool.get().await?;
-            queries::next_due_at(&mut conn).await
+            queries::next_due_at(&mut conn, &self.settings).await
         }
         .await;
         match next {

@@ -49,7 +49,9 @@ mod sync_admission;
 mod sync_charges;
 mod tenancy;
 mod tools;
+mod tracing_spans;
 mod usage;
+mod webhook_fairness;
 mod webhook_tools;
 mod webhooks;
 

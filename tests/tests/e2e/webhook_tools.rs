@@ -110,8 +110,8 @@ async fn a_redelivery_attempts_a_finished_delivery_once_more_with_the_same_event
     let delivery_id = list[0]["id"].as_str().unwrap().to_owned();
     let path = redeliver_path(&webhook, &delivery_id);
 
-    // One attempt now, and when it fails no retries: failed again, and not
-    // counted a second time against the webhook.
+    // One attempt now, and when it fails no retries: failed again, and
+    // counted against the webhook (each failed extra attempt counts).
     let (status, body) = post(&app, &app.key, &path, json!({})).await;
     assert_eq!(status, 202, "{body}");
     assert_eq!(
@@ -122,7 +122,7 @@ async fn a_redelivery_attempts_a_finished_delivery_once_more_with_the_same_event
     assert_eq!(list[0]["status"], "failed", "{list:?}");
     assert_eq!(list[0]["attempt_count"], 6);
     assert_eq!(status_codes(&list[0]), [500; 6]);
-    assert_eq!(webhook_of(&app, &webhook).await["consecutive_failures"], 1);
+    assert_eq!(webhook_of(&app, &webhook).await["consecutive_failures"], 2);
     assert_eq!(server.received_requests().await.unwrap().len(), 6);
 
     // Again: this time the receiver takes it.
@@ -390,7 +390,7 @@ async fn replay_sends_again_only_the_failed_deliveries_of_events_created_since()
     )
     .await;
     assert_eq!(status, 202, "{body}");
-    assert_eq!(body, json!({"replayed": 2}));
+    assert_eq!(body, json!({"replayed": 2, "remaining": 0}));
     let list = finished_deliveries(&app, &webhook, 4).await;
     assert_eq!(
         by_event(&list),
@@ -426,7 +426,10 @@ async fn replay_sends_again_only_the_failed_deliveries_of_events_created_since()
         json!({"since": three_hours_ago, "status": "failed"}),
     )
     .await;
-    assert_eq!((status, &body), (202, &json!({"replayed": 1})));
+    assert_eq!(
+        (status, &body),
+        (202, &json!({"replayed": 1, "remaining": 0}))
+    );
     let list = finished_deliveries(&app, &webhook, 4).await;
     assert!(list.iter().all(|d| d["status"] == "succeeded"), "{list:?}");
     let (status, body) = post(
@@ -436,7 +439,10 @@ async fn replay_sends_again_only_the_failed_deliveries_of_events_created_since()
         json!({"since": three_hours_ago, "status": "failed"}),
     )
     .await;
-    assert_eq!((status, &body), (202, &json!({"replayed": 0})));
+    assert_eq!(
+        (status, &body),
+        (202, &json!({"replayed": 0, "remaining": 0}))
+    );
     assert_eq!(server.received_requests().await.unwrap().len(), 19);
 }
 

@@ -6,7 +6,9 @@ use serde::Deserialize;
 
 /// `[webhooks]`: `retry_delays_ms`, `timeout_ms`, `lease_margin_ms`,
 /// `concurrency`, `poll_seconds`, `disable_after_failures`,
-/// `allow_private_addresses`, `event_retention_seconds`.
+/// `allow_private_addresses`, `event_retention_seconds`,
+/// `max_in_flight_per_org`, `max_in_flight_per_webhook`,
+/// `manual_sends_per_minute`, `replay_max_per_call`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default)]
 pub struct WebhookSettings {
@@ -30,6 +32,18 @@ pub struct WebhookSettings {
     /// after they were recorded, once none of their deliveries is pending;
     /// 0 keeps them forever.
     pub event_retention_seconds: u64,
+    /// Attempts in flight at once for one organization's webhooks, across
+    /// every scheduler: a slow receiver holds at most this many of the
+    /// schedulers' slots, and claims take each organization in turn.
+    pub max_in_flight_per_org: i64,
+    /// Attempts in flight at once for one webhook, across every scheduler.
+    pub max_in_flight_per_webhook: i64,
+    /// Manual sends (test events, redeliveries, replays) one webhook takes
+    /// in a minute; more are answered 429 with `Retry-After`.
+    pub manual_sends_per_minute: i32,
+    /// Deliveries one replay queues at most; the answer's `remaining` says
+    /// how many more a further replay would take.
+    pub replay_max_per_call: i64,
 }
 
 impl Default for WebhookSettings {
@@ -43,6 +57,10 @@ impl Default for WebhookSettings {
             disable_after_failures: 10,
             allow_private_addresses: false,
             event_retention_seconds: 30 * 24 * 3600,
+            max_in_flight_per_org: 8,
+            max_in_flight_per_webhook: 4,
+            manual_sends_per_minute: 60,
+            replay_max_per_call: 100,
         }
     }
 }
@@ -75,6 +93,18 @@ impl WebhookSettings {
         }
         if self.disable_after_failures < 1 {
             return Err("webhooks.disable_after_failures must be at least 1".into());
+        }
+        if self.max_in_flight_per_org < 1 || self.max_in_flight_per_webhook < 1 {
+            return Err(
+                "webhooks.max_in_flight_per_org and max_in_flight_per_webhook must be at least 1"
+                    .into(),
+            );
+        }
+        if self.manual_sends_per_minute < 1 || self.replay_max_per_call < 1 {
+            return Err(
+                "webhooks.manual_sends_per_minute and replay_max_per_call must be at least 1"
+                    .into(),
+            );
         }
         Ok(())
     }

@@ -13,7 +13,9 @@ use actix_web::{HttpResponse, web};
 use askama::Template;
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use unigen_db::models::{NewWebhook, Webhook, WebhookUpdate};
-use unigen_db::queries::webhooks::{CreateOutcome, DeliveryLog, RedeliverOutcome, SendTarget};
+use unigen_db::queries::webhooks::{
+    CreateOutcome, DeliveryLog, RedeliverOutcome, ReplayOutcome, SendTarget, TestOutcome,
+};
 use unigen_db::{DbError, queries};
 use unigen_jobs::webhooks as rules;
 use uuid::Uuid;
@@ -407,7 +409,13 @@ async fn send_test(
     let webhook = target(&state, signed_in, parse_id(&path)?).await?;
     {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::webhooks::send_test_event(&mut conn, &webhook).await?;
+        if let TestOutcome::RateLimited {
+            retry_after_seconds,
+        } =
+            queries::webhooks::send_test_event(&mut conn, &webhook, &state.webhook_settings).await?
+        {
+            return Err(manual_sends_spent(retry_after_seconds));
+        }
     }
     state.notifier.events_recorded();
     Ok(see_other(&format!(
@@ -428,7 +436,8 @@ async fn redeliver(
     let webhook = target(&state, signed_in, parse_id(&raw_webhook)?).await?;
     let outcome = {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::webhooks::redeliver(&mut conn, webhook.id, delivery_id).await?
+        queries::webhooks::redeliver(&mut conn, webhook.id, delivery_id, &state.webhook_settings)
+            .await?
     };
     match outcome {
         RedeliverOutcome::Queued { .. } => {
@@ -442,7 +451,19 @@ async fn redeliver(
         RedeliverOutcome::InFlight => Err(DashError::BadRequest(
             "An attempt of this delivery is under way; redeliver it once it has ended.".into(),
         )),
+        RedeliverOutcome::RateLimited {
+            retry_after_seconds,
+        } => Err(manual_sends_spent(retry_after_seconds)),
     }
+}
+
+/// The webhook's test events, redeliveries and replays of this minute are
+/// spent (`webhooks.manual_sends_per_minute`, shared with the API).
+fn manual_sends_spent(retry_after_seconds: u64) -> DashError {
+    DashError::BadRequest(format!(
+        "Too many test events, redeliveries and replays for this webhook: try again in \
+         {retry_after_seconds} s."
+    ))
 }
 
 /// `Since` as typed in a `datetime-local` field (UTC), or a date.
@@ -478,7 +499,10 @@ async fn replay(
     if form.get("confirm") != Some("yes") {
         let count = {
             let mut conn = state.pool.get().await.map_err(DbError::from)?;
-            queries::webhooks::count_failed_since(&mut conn, webhook.id, since).await?
+            // One replay sends at most `replay_max_per_call` of them.
+            queries::webhooks::count_failed_since(&mut conn, webhook.id, since)
+                .await?
+                .min(state.webhook_settings.replay_max_per_call)
         };
         let shown = super::datetime(&since);
         return detail(
@@ -493,7 +517,19 @@ async fn replay(
     }
     let replayed = {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::webhooks::replay_failed(&mut conn, webhook.id, since).await?
+        match queries::webhooks::replay_failed(
+            &mut conn,
+            webhook.id,
+            since,
+            &state.webhook_settings,
+        )
+        .await?
+        {
+            ReplayOutcome::Queued { replayed, .. } => replayed,
+            ReplayOutcome::RateLimited {
+                retry_after_seconds,
+            } => return Err(manual_sends_spent(retry_after_seconds)),
+        }
     };
     if replayed > 0 {
         state.notifier.events_recorded();

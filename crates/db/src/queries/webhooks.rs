@@ -200,6 +200,8 @@ pub enum RedeliverOutcome {
     NotFound,
     /// An attempt is in flight; its result is not known yet.
     InFlight,
+    /// The webhook's manual sends of this minute are spent.
+    RateLimited { retry_after_seconds: u64 },
 }
 
 /// Makes an extra attempt of one delivery of `webhook_id` due now, outside
@@ -207,10 +209,12 @@ pub enum RedeliverOutcome {
 /// attempt; a pending one keeps its scheduled next attempt (`resume_at`) in
 /// case the extra attempt fails. Committed before it returns, so the attempt
 /// survives the API process; the scheduler's claim makes it exactly once.
+/// Takes one of the webhook's manual sends ([`take_manual_send`]).
 pub async fn redeliver(
     conn: &mut AsyncPgConnection,
     webhook_id: Uuid,
     delivery_id: Uuid,
+    settings: &WebhookSettings,
 ) -> Result<RedeliverOutcome, DbError> {
     conn.transaction::<_, DbError, _>(async |conn| {
         let target = webhook_deliveries::table.filter(
@@ -235,6 +239,13 @@ pub async fn redeliver(
             if leased && !attempt_recorded(conn, delivery.id, delivery.attempts).await? {
                 return Ok(RedeliverOutcome::InFlight);
             }
+        }
+        if let Some(retry_after_seconds) = take_manual_send(conn, webhook_id, settings).await? {
+            return Ok(RedeliverOutcome::RateLimited {
+                retry_after_seconds,
+            });
+        }
+        if delivery.status == "pending" {
             diesel::sql_query(
                 "UPDATE webhook_deliveries SET \
                    resume_at = CASE WHEN manual_attempt THEN resume_at ELSE next_attempt_at END, \
@@ -279,25 +290,100 @@ async fn attempt_recorded(
     .await?)
 }
 
-/// Replay: every `failed` delivery of `webhook_id` whose event was created
-/// at or after `since` gets one extra attempt, due now. Returns how many.
+/// What a replay queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayOutcome {
+    /// `replayed` deliveries get an extra attempt now; `remaining` more
+    /// matched and are left for a further replay.
+    Queued { replayed: usize, remaining: i64 },
+    /// The webhook's manual sends of this minute are spent.
+    RateLimited { retry_after_seconds: u64 },
+}
+
+/// Replay: the `failed` deliveries of `webhook_id` whose event was created
+/// at or after `since`, oldest event first, at most `replay_max_per_call`,
+/// each get one extra attempt, due now. Takes one of the webhook's manual
+/// sends ([`take_manual_send`]).
 pub async fn replay_failed(
     conn: &mut AsyncPgConnection,
     webhook_id: Uuid,
     since: DateTime<Utc>,
-) -> Result<usize, DbError> {
-    Ok(diesel::sql_query(
-        "UPDATE webhook_deliveries d SET status = 'pending', manual_attempt = true, \
-           resume_at = NULL, next_attempt_at = now(), completed_at = NULL \
-          FROM events e \
-         WHERE d.webhook_id = $1 AND d.status = 'failed' AND e.id = d.event_id \
-           AND e.created_at >= $2",
+    settings: &WebhookSettings,
+) -> Result<ReplayOutcome, DbError> {
+    conn.transaction::<_, DbError, _>(async |conn| {
+        if let Some(retry_after_seconds) = take_manual_send(conn, webhook_id, settings).await? {
+            return Ok(ReplayOutcome::RateLimited {
+                retry_after_seconds,
+            });
+        }
+        let replayed = diesel::sql_query(
+            "UPDATE webhook_deliveries SET status = 'pending', manual_attempt = true, \
+               resume_at = NULL, next_attempt_at = now(), completed_at = NULL \
+             WHERE id IN ( \
+               SELECT d.id FROM webhook_deliveries d JOIN events e ON e.id = d.event_id \
+                WHERE d.webhook_id = $1 AND d.status = 'failed' AND e.created_at >= $2 \
+                ORDER BY e.created_at, d.id LIMIT $3 FOR UPDATE OF d)",
+        )
+        .bind::<SqlUuid, _>(webhook_id)
+        .bind::<Timestamptz, _>(since)
+        .bind::<BigInt, _>(settings.replay_max_per_call.max(1))
+        .prepared()
+        .execute(conn)
+        .await?;
+        let remaining = count_failed_since(conn, webhook_id, since).await?;
+        Ok(ReplayOutcome::Queued {
+            replayed,
+            remaining,
+        })
+    })
+    .await
+}
+
+/// Takes one manual send (test event, redelivery, replay) of the webhook's
+/// minute: a fixed window that starts with its first send and holds
+/// `manual_sends_per_minute`. The row stays locked to the caller's
+/// transaction. `None`: taken; `Some(seconds)`: refused, the window ends
+/// in that many seconds (at least 1).
+pub async fn take_manual_send(
+    conn: &mut AsyncPgConnection,
+    webhook_id: Uuid,
+    settings: &WebhookSettings,
+) -> Result<Option<u64>, DbError> {
+    #[derive(QueryableByName)]
+    struct Taken {
+        #[diesel(sql_type = Bool)]
+        taken: bool,
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        wait_seconds: f64,
+    }
+    let row: Option<Taken> = diesel::sql_query(
+        "WITH w AS ( \
+           SELECT id, manual_sends, manual_window_at, \
+                  manual_window_at IS NULL OR manual_window_at <= now() - interval '1 minute' AS fresh \
+             FROM webhooks WHERE id = $1 FOR UPDATE), \
+         taken AS ( \
+           UPDATE webhooks t SET \
+                  manual_window_at = CASE WHEN w.fresh THEN now() ELSE w.manual_window_at END, \
+                  manual_sends = CASE WHEN w.fresh THEN 1 ELSE w.manual_sends + 1 END \
+             FROM w WHERE t.id = w.id AND (w.fresh OR w.manual_sends < $2) \
+           RETURNING t.id) \
+         SELECT EXISTS (SELECT 1 FROM taken) AS taken, \
+                COALESCE(extract(epoch FROM w.manual_window_at + interval '1 minute' - now()), 0)::float8 \
+                  AS wait_seconds \
+           FROM w",
     )
     .bind::<SqlUuid, _>(webhook_id)
-    .bind::<Timestamptz, _>(since)
+    .bind::<Integer, _>(settings.manual_sends_per_minute)
     .prepared()
-    .execute(conn)
-    .await?)
+    .get_result(conn)
+    .await
+    .optional()?;
+    Ok(match row {
+        // A webhook deleted meanwhile: the send finds nothing to do.
+        None => None,
+        Some(row) if row.taken => None,
+        Some(row) => Some((row.wait_seconds.ceil() as u64).max(1)),
+    })
 }
 
 /// A delivery as listed: the row, its event's kind and its finished attempts.
@@ -487,20 +573,37 @@ pub async fn find_send_target(
     })
 }
 
+/// What a test event request did.
+#[derive(Debug, Clone)]
+pub enum TestOutcome {
+    Queued(Box<Event>),
+    /// The webhook's manual sends of this minute are spent.
+    RateLimited {
+        retry_after_seconds: u64,
+    },
+}
+
 /// Records a `webhook.test` event and its delivery to this webhook only
 /// (nobody subscribes to the kind: the insert fans out to no one), in one
-/// transaction. The caller wakes the delivery after the commit.
+/// transaction that takes one of the webhook's manual sends
+/// ([`take_manual_send`]). The caller wakes the delivery after the commit.
 pub async fn send_test_event(
     conn: &mut AsyncPgConnection,
     webhook: &Webhook,
-) -> Result<Event, DbError> {
+    settings: &WebhookSettings,
+) -> Result<TestOutcome, DbError> {
     let event = crate::events::webhook_test(webhook.org_id, webhook.id);
     conn.transaction::<_, DbError, _>(async |conn| {
+        if let Some(retry_after_seconds) = take_manual_send(conn, webhook.id, settings).await? {
+            return Ok(TestOutcome::RateLimited {
+                retry_after_seconds,
+            });
+        }
         crate::queries::events::insert(conn, &event).await?;
-        insert_delivery(conn, webhook.id, event.id).await
+        insert_delivery(conn, webhook.id, event.id).await?;
+        Ok(TestOutcome::Queued(Box::new(event)))
     })
-    .await?;
-    Ok(event)
+    .await
 }
 
 /// A delivery claimed for one attempt, with what the attempt needs.
@@ -554,50 +657,130 @@ impl ClaimedDelivery {
     }
 }
 
-/// Claims up to `limit` due deliveries of enabled webhooks: counts the
-/// attempt and moves `next_attempt_at` past `lease`, so no other scheduler
-/// takes them meanwhile (SKIP LOCKED while claiming, the lease after) and a
-/// scheduler that dies mid-attempt leaves them due again.
+/// The advisory lock that serializes claims across schedulers, so the
+/// in-flight caps each claim reads are exact: "unigenwh" in ASCII.
+const CLAIM_LOCK: i64 = 0x756e_6967_656e_7768;
+
+/// The webhooks with pending deliveries, one index probe each (a skip scan
+/// of `webhook_deliveries_pending_idx`), and the attempts in flight (leases
+/// not run out, through `webhook_deliveries_leased_idx`): the start of
+/// [`claim_due`] and [`next_due_at`]. `$1` is the per-webhook cap, `$2` the
+/// per-organization one; `open` holds the enabled webhooks below both, with
+/// the slots each has free.
+macro_rules! open_webhooks_sql {
+    () => {
+        "WITH RECURSIVE hooks(webhook_id) AS ( \
+           (SELECT webhook_id FROM webhook_deliveries WHERE status = 'pending' \
+             ORDER BY webhook_id LIMIT 1) \
+           UNION ALL \
+           SELECT (SELECT d.webhook_id FROM webhook_deliveries d \
+                    WHERE d.status = 'pending' AND d.webhook_id > h.webhook_id \
+                    ORDER BY d.webhook_id LIMIT 1) \
+             FROM hooks h WHERE h.webhook_id IS NOT NULL), \
+         busy AS ( \
+           SELECT d.webhook_id, w.org_id, d.leased_until \
+             FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id \
+            WHERE d.leased_until > now()), \
+         open AS ( \
+           SELECT * FROM ( \
+             SELECT w.id, w.org_id, \
+                    $1 - (SELECT count(*) FROM busy b WHERE b.webhook_id = w.id) AS free, \
+                    $2 - (SELECT count(*) FROM busy b WHERE b.org_id = w.org_id) AS org_free \
+               FROM hooks h JOIN webhooks w ON w.id = h.webhook_id WHERE w.enabled) o \
+            WHERE free > 0 AND org_free > 0) "
+    };
+}
+
+/// Claims up to `limit` due deliveries of enabled webhooks, fairly: at most
+/// `max_in_flight_per_webhook` and `max_in_flight_per_org` attempts in
+/// flight (across every scheduler), and the organizations in turn (each
+/// one's oldest due delivery, then each one's second...), so one tenant's
+/// backlog or slow receiver never holds the others' deliveries.
+///
+/// A claim counts the attempt and moves `next_attempt_at` and
+/// `leased_until` past the lease, so no other scheduler takes it meanwhile
+/// and a scheduler that dies mid-attempt leaves it due again. The
+/// candidates are picked first (window functions cannot lock), then locked
+/// with SKIP LOCKED and re-checked; claims are serialized by an advisory
+/// lock, so concurrent schedulers never exceed the caps.
 pub async fn claim_due(
     conn: &mut AsyncPgConnection,
     limit: i64,
-    lease: Duration,
+    settings: &WebhookSettings,
 ) -> Result<Vec<ClaimedDelivery>, DbError> {
-    Ok(diesel::sql_query(
-        "WITH due AS ( \
-           SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id \
-           WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.enabled \
-           ORDER BY d.next_attempt_at LIMIT $1 \
-           FOR UPDATE OF d SKIP LOCKED) \
-         UPDATE webhook_deliveries d \
-            SET attempts = d.attempts + 1, \
-                next_attempt_at = now() + make_interval(secs => $2) \
-           FROM due, webhooks w, events e \
-          WHERE d.id = due.id AND w.id = d.webhook_id AND e.id = d.event_id \
-         RETURNING d.id AS delivery_id, d.attempts AS attempt, w.id AS webhook_id, w.url, \
-                   w.secret, w.headers, e.id AS event_id, e.org_id, e.type AS event_type, \
-                   e.data, e.created_at AS event_created_at, d.manual_attempt AS manual, \
-                   d.manual_attempts, d.resume_at",
-    )
-    .bind::<BigInt, _>(limit)
-    .bind::<diesel::sql_types::Double, _>(lease.as_secs_f64())
-    .prepared()
-    .load(conn)
-    .await?)
+    let lease = settings.lease().as_secs_f64();
+    conn.transaction::<_, DbError, _>(async |conn| {
+        diesel::sql_query("SELECT pg_advisory_xact_lock($1)")
+            .bind::<BigInt, _>(CLAIM_LOCK)
+            .prepared()
+            .execute(conn)
+            .await?;
+        Ok(diesel::sql_query(concat!(
+            open_webhooks_sql!(),
+            ", candidates AS ( \
+               SELECT c.id, c.next_attempt_at, o.org_id, o.org_free FROM open o \
+                CROSS JOIN LATERAL ( \
+                  SELECT d.id, d.next_attempt_at FROM webhook_deliveries d \
+                   WHERE d.webhook_id = o.id AND d.status = 'pending' \
+                     AND d.next_attempt_at <= now() \
+                   ORDER BY d.next_attempt_at LIMIT o.free) c), \
+             picked AS ( \
+               SELECT id FROM ( \
+                 SELECT id, next_attempt_at, org_free, row_number() OVER \
+                          (PARTITION BY org_id ORDER BY next_attempt_at, id) AS turn \
+                   FROM candidates) r \
+                WHERE turn <= org_free ORDER BY turn, next_attempt_at LIMIT $3), \
+             due AS ( \
+               SELECT d.id FROM webhook_deliveries d \
+                WHERE d.id IN (SELECT id FROM picked) AND d.status = 'pending' \
+                  AND d.next_attempt_at <= now() \
+                FOR UPDATE OF d SKIP LOCKED) \
+             UPDATE webhook_deliveries d \
+                SET attempts = d.attempts + 1, \
+                    next_attempt_at = now() + make_interval(secs => $4), \
+                    leased_until = now() + make_interval(secs => $4) \
+               FROM due, webhooks w, events e \
+              WHERE d.id = due.id AND w.id = d.webhook_id AND e.id = d.event_id \
+             RETURNING d.id AS delivery_id, d.attempts AS attempt, w.id AS webhook_id, w.url, \
+                       w.secret, w.headers, e.id AS event_id, e.org_id, e.type AS event_type, \
+                       e.data, e.created_at AS event_created_at, d.manual_attempt AS manual, \
+                       d.manual_attempts, d.resume_at",
+        ))
+        .bind::<BigInt, _>(settings.max_in_flight_per_webhook)
+        .bind::<BigInt, _>(settings.max_in_flight_per_org)
+        .bind::<BigInt, _>(limit)
+        .bind::<diesel::sql_types::Double, _>(lease)
+        .prepared()
+        .load(conn)
+        .await?)
+    })
+    .await
 }
 
-/// When the next pending delivery of an enabled webhook falls due (leases of
-/// attempts in flight included).
-pub async fn next_due_at(conn: &mut AsyncPgConnection) -> Result<Option<DateTime<Utc>>, DbError> {
+/// When [`claim_due`] may next find something: the earliest pending
+/// delivery of an enabled webhook below both caps, or the earliest lease
+/// of an attempt in flight (an attempt that ends, or a lease that runs
+/// out, frees a slot).
+pub async fn next_due_at(
+    conn: &mut AsyncPgConnection,
+    settings: &WebhookSettings,
+) -> Result<Option<DateTime<Utc>>, DbError> {
     #[derive(QueryableByName)]
     struct NextDue {
         #[diesel(sql_type = Nullable<Timestamptz>)]
         at: Option<DateTime<Utc>>,
     }
-    let row: NextDue = diesel::sql_query(
-        "SELECT min(d.next_attempt_at) AS at FROM webhook_deliveries d \
-         JOIN webhooks w ON w.id = d.webhook_id WHERE d.status = 'pending' AND w.enabled",
-    )
+    let row: NextDue = diesel::sql_query(concat!(
+        open_webhooks_sql!(),
+        "SELECT LEAST( \
+           (SELECT min(n.at) FROM open o CROSS JOIN LATERAL ( \
+              SELECT d.next_attempt_at AS at FROM webhook_deliveries d \
+               WHERE d.webhook_id = o.id AND d.status = 'pending' \
+               ORDER BY d.next_attempt_at LIMIT 1) n), \
+           (SELECT min(leased_until) FROM busy)) AS at",
+    ))
+    .bind::<BigInt, _>(settings.max_in_flight_per_webhook)
+    .bind::<BigInt, _>(settings.max_in_flight_per_org)
     .prepared()
     .get_result(conn)
     .await?;
@@ -673,8 +856,10 @@ pub async fn record_attempt(
         let next = next_step(claimed, outcome, settings, now);
         let (status, next_attempt_at, completed_at) = match next {
             Next::Succeeded => ("succeeded", None, Some(now)),
-            Next::Retry(at) => ("pending", Some(at), None),
-            Next::Failed { .. } | Next::Gone => ("failed", None, Some(now)),
+            Next::Retry(at) | Next::ExtraFailed { resume: Some(at) } => ("pending", Some(at), None),
+            Next::Failed | Next::Gone | Next::ExtraFailed { resume: None } => {
+                ("failed", None, Some(now))
+            }
         };
         let updated = diesel::update(ours)
             .set((
@@ -686,6 +871,8 @@ pub async fn record_attempt(
                 webhook_deliveries::manual_attempts
                     .eq(webhook_deliveries::manual_attempts + i32::from(claimed.manual)),
                 webhook_deliveries::resume_at.eq(None::<DateTime<Utc>>),
+                // The attempt is no longer in flight.
+                webhook_deliveries::leased_until.eq(None::<DateTime<Utc>>),
                 // Read only while pending.
                 webhook_deliveries::next_attempt_at.eq(next_attempt_at.unwrap_or(now)),
             ))
@@ -703,9 +890,7 @@ pub async fn record_attempt(
                 Ok(Settled::Succeeded)
             }
             Next::Retry(_) => Ok(Settled::RetryScheduled),
-            // Already counted when the delivery first failed.
-            Next::Failed { counted: false } => Ok(Settled::Failed { disabled: false }),
-            Next::Failed { counted: true } => {
+            Next::Failed => {
                 let disabled = count_failed_delivery(
                     conn,
                     claimed.webhook_id,
@@ -718,6 +903,20 @@ pub async fn record_attempt(
                 let disabled = disable_gone(conn, claimed.webhook_id).await?;
                 Ok(Settled::Failed { disabled })
             }
+            // Each failed extra attempt counts, so repeated redeliveries or
+            // replays to a failing receiver disable the webhook too.
+            Next::ExtraFailed { resume } => {
+                let disabled = count_failed_delivery(
+                    conn,
+                    claimed.webhook_id,
+                    settings.disable_after_failures,
+                )
+                .await?;
+                Ok(match resume {
+                    Some(_) => Settled::RetryScheduled,
+                    None => Settled::Failed { disabled },
+                })
+            }
         }
     })
     .await
@@ -729,12 +928,16 @@ enum Next {
     Succeeded,
     /// Pending again, next attempt at this time.
     Retry(DateTime<Utc>),
-    /// Failed for good; `counted`: towards the webhook's automatic disable.
-    Failed {
-        counted: bool,
-    },
+    /// Failed for good: counted towards the webhook's automatic disable.
+    Failed,
     /// The receiver answered 410 Gone: failed, and the webhook disabled.
     Gone,
+    /// An extra attempt (redeliver, replay) failed: counted towards the
+    /// webhook's automatic disable; pending again at `resume` (its
+    /// schedule, as it was), or failed when the delivery had finished.
+    ExtraFailed {
+        resume: Option<DateTime<Utc>>,
+    },
 }
 
 /// The receiver's status that disables its webhook at once.
@@ -745,7 +948,8 @@ const GONE: u16 = 410;
 /// - A 2xx succeeds; a 410 Gone fails it and disables the webhook.
 /// - An extra attempt (redeliver, replay) that fails leaves a pending
 ///   delivery's schedule as it was (`resume_at`) and ends a finished one
-///   `failed` again, not counted a second time.
+///   `failed` again; either way it counts as one failed delivery towards
+///   the webhook's automatic disable.
 /// - A scheduled attempt is retried after the schedule's wait for its
 ///   position (extra attempts do not move it), or the receiver's
 ///   `Retry-After` when that is later, capped at the schedule's longest wait.
@@ -768,9 +972,10 @@ fn next_step(
         after(wait.min(Duration::from_millis(longest)))
     });
     if claimed.manual {
-        return match claimed.resume_at {
-            Some(scheduled) => Next::Retry(asked.map_or(scheduled, |at| at.max(scheduled))),
-            None => Next::Failed { counted: false },
+        return Next::ExtraFailed {
+            resume: claimed
+                .resume_at
+                .map(|scheduled| asked.map_or(scheduled, |at| at.max(scheduled))),
         };
     }
     match settings.retry_delay(claimed.attempt - claimed.manual_attempts) {
@@ -778,7 +983,7 @@ fn next_step(
             let scheduled = after(delay);
             Next::Retry(asked.map_or(scheduled, |at| at.max(scheduled)))
         }
-        None => Next::Failed { counted: true },
+        None => Next::Failed,
     }
 }
 
@@ -913,7 +1118,7 @@ mod tests {
             &settings,
             now,
         );
-        assert_eq!(last, Next::Failed { counted: true });
+        assert_eq!(last, Next::Failed);
         // Extra attempts do not move the schedule's position.
         let mut after_extra = claimed(6, false, None);
         after_extra.manual_attempts = 2;
@@ -944,7 +1149,7 @@ mod tests {
                 &settings,
                 now
             ),
-            Next::Failed { counted: false }
+            Next::ExtraFailed { resume: None }
         );
         assert_eq!(
             next_step(
@@ -953,7 +1158,9 @@ mod tests {
                 &settings,
                 now
             ),
-            Next::Retry(scheduled)
+            Next::ExtraFailed {
+                resume: Some(scheduled)
+            }
         );
         assert_eq!(
             next_step(
