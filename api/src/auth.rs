@@ -7,6 +7,7 @@ use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpMessage, HttpRequest, web};
 use chrono::Utc;
 use unigen_core::domain::{Scope, hash_key, looks_like_key};
+use unigen_db::models::KeyAuthRow;
 use unigen_db::queries;
 use uuid::Uuid;
 
@@ -24,6 +25,11 @@ pub struct Caller {
     pub scopes: Vec<Scope>,
     /// The plan's `concurrent_requests`.
     pub concurrent_requests: i32,
+    /// The key's own expiry: no key it creates outlives it.
+    pub key_expires_at: Option<chrono::DateTime<Utc>>,
+    /// The key's hash: a long-lived response (a job event stream) checks
+    /// the key again with it.
+    pub key_hash: [u8; 32],
     /// Where a handler records what the request was charged (for headers).
     pub charges: ChargeSlot,
     /// Where a handler records what it created (for `Idempotency-Key`).
@@ -79,6 +85,33 @@ fn bearer_token(req: &HttpRequest) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// The key with this hash, if it may be used now (through the key cache):
+/// not revoked, not expired, its organization active.
+pub async fn valid_key(state: &AppState, hash: &[u8; 32]) -> Result<KeyAuthRow, ApiError> {
+    let row = match state.keys.get(hash) {
+        Some(row) => row,
+        None => {
+            let ticket = state.keys.ticket();
+            let mut conn = state.pool.get().await.map_err(unigen_db::DbError::from)?;
+            let row = queries::keys::find_for_auth(&mut conn, hash)
+                .await?
+                .ok_or(ApiError::InvalidKey)?;
+            state.keys.put(*hash, row.clone(), ticket);
+            row
+        }
+    };
+    if row.revoked_at.is_some() {
+        return Err(ApiError::InvalidKey);
+    }
+    if row.expires_at.is_some_and(|at| at <= Utc::now()) {
+        return Err(ApiError::KeyExpired);
+    }
+    if row.org_status != "active" {
+        return Err(ApiError::OrgSuspended);
+    }
+    Ok(row)
+}
+
 impl FromRequest for Caller {
     type Error = ApiError;
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
@@ -105,33 +138,27 @@ impl FromRequest for Caller {
                 .filter(|t| looks_like_key(t))
                 .ok_or(ApiError::InvalidKey)?;
             let hash = hash_key(&token);
-            let row = match state.keys.get(&hash) {
-                Some(row) => row,
-                None => {
-                    let ticket = state.keys.ticket();
-                    let mut conn = state.pool.get().await.map_err(unigen_db::DbError::from)?;
-                    let row = queries::keys::find_for_auth(&mut conn, &hash)
-                        .await?
-                        .ok_or(ApiError::InvalidKey)?;
-                    state.keys.put(hash, row.clone(), ticket);
-                    row
-                }
-            };
-            if row.revoked_at.is_some() {
-                return Err(ApiError::InvalidKey);
-            }
-            if row.expires_at.is_some_and(|at| at <= Utc::now()) {
-                return Err(ApiError::KeyExpired);
-            }
-            if row.org_status != "active" {
-                return Err(ApiError::OrgSuspended);
-            }
+            let row = valid_key(&state, &hash).await?;
             // Unknown names (a scope removed in a later version) grant nothing.
             let scopes = row.scopes.iter().filter_map(|s| s.parse().ok()).collect();
-            // Every authenticated request counts against the key's rate.
+            // A key's own rate first, when one is set (so a key over it
+            // spends nothing of its organization's).
+            let per_key = state.limits.key_rate_per_minute;
+            if per_key > 0
+                && let Admission::Refused { wait, status } =
+                    state.rate.admit(&state.pool, row.key_id, per_key).await?
+            {
+                request.extensions_mut().insert(status);
+                return Err(ApiError::RateLimited {
+                    message: "Too many requests: this key's rate limit was reached",
+                    retry_after_seconds: wait.as_secs_f64().ceil().max(1.0) as u64,
+                });
+            }
+            // Every authenticated request counts against the organization's
+            // rate: the plan's, however many keys it mints.
             let admission = state
                 .rate
-                .admit(&state.pool, row.key_id, row.rate_limit_per_minute)
+                .admit(&state.pool, row.org_id, row.rate_limit_per_minute)
                 .await?;
             match admission {
                 Admission::Admitted(status) => {
@@ -216,6 +243,8 @@ mod tests {
             org_id: Uuid::nil(),
             scopes: vec![Scope::Usage],
             concurrent_requests: 1,
+            key_expires_at: None,
+            key_hash: [0; 32],
             charges: ChargeSlot::default(),
             effects: Effects::default(),
         };

@@ -380,6 +380,8 @@ async fn admin(settings: &Settings, command: AdminCommand) -> anyhow::Result<()>
                     key_prefix: &material.display_prefix,
                     scopes: scopes.iter().map(|s| s.as_str().to_owned()).collect(),
                     expires_at,
+                    created_by_key: None,
+                    created_by_member: None,
                 },
             )
             .await?;

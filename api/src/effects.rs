@@ -4,12 +4,13 @@
 use std::sync::{Arc, Mutex};
 
 use actix_web::web::Bytes;
+use unigen_db::queries::idempotency::ClaimToken;
 use uuid::Uuid;
 
 /// What a request created, told by its handler. Inert (records nothing,
 /// builds nothing) unless the request carries an `Idempotency-Key`.
 #[derive(Debug, Clone, Default)]
-pub struct Effects(Option<Arc<Mutex<EffectsInner>>>);
+pub struct Effects(Option<Arc<Mutex<EffectsInner>>>, Option<Arc<ClaimToken>>);
 
 #[derive(Debug, Default)]
 pub(crate) struct EffectsInner {
@@ -23,9 +24,18 @@ pub(crate) struct EffectsInner {
 }
 
 impl Effects {
-    /// Effects that are kept: the idempotency middleware's.
-    pub(crate) fn recording() -> Self {
-        Self(Some(Arc::default()))
+    /// Effects that are kept: the idempotency middleware's, for the
+    /// request holding `claim`.
+    pub(crate) fn recording(claim: ClaimToken) -> Self {
+        Self(Some(Arc::default()), Some(Arc::new(claim)))
+    }
+
+    /// The `Idempotency-Key` claim (key, claim id) this request holds: a
+    /// job it submits is written on it in the job's own statement.
+    pub fn claim(&self) -> Option<(String, Uuid)> {
+        self.1
+            .as_deref()
+            .map(|claim| (claim.key.clone(), claim.claim_id))
     }
 
     /// A job was submitted; `accepted` builds its async creation body.

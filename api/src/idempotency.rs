@@ -17,7 +17,9 @@ use actix_web::middleware::Next;
 use actix_web::web::Bytes;
 use actix_web::{HttpMessage, HttpResponse, web};
 use sha2::{Digest, Sha256};
-use unigen_db::queries::idempotency::{self, Claim, IdempotencyRecord, StoredResponse};
+use unigen_db::queries::idempotency::{
+    self, Claim, ClaimToken, IdempotencyRecord, Released, StoredResponse,
+};
 use uuid::Uuid;
 
 use crate::auth::Caller;
@@ -34,6 +36,9 @@ pub const MAX_KEY_CHARS: usize = 255;
 /// Larger responses (many base64 images) are not kept byte for byte: a
 /// generation's retry then gets its job (202), anything else runs again.
 const MAX_STORED_BODY: u64 = 16 * 1024 * 1024;
+/// The longest a request that created nothing waits for a submission of its
+/// claim still on its way before it frees its key.
+const CLAIM_SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The key's value: bare (`abc-123`) or an RFC 8941 string (`"abc-123"`).
 pub fn parse_key(value: &HeaderValue) -> Result<String, ApiError> {
@@ -297,7 +302,6 @@ async fn keyed(
     {
         return Ok(req.error_response(err));
     }
-    caller.effects = Effects::recording();
     req.extensions_mut().insert(caller.clone());
     let body = match read_body(&mut req, limit).await {
         Ok(body) => body,
@@ -321,23 +325,25 @@ async fn keyed(
         let mut conn = state.pool.get().await.map_err(unigen_db::DbError::from)?;
         Ok::<_, ApiError>(idempotency::claim(&mut conn, caller.org_id, &key, &print).await?)
     };
-    let record = match claim.await {
-        Ok(Claim::Claimed) => None,
-        Ok(Claim::Taken(record)) => Some(record),
+    let token = match claim.await {
+        Ok(Claim::Claimed(token)) => token,
+        Ok(Claim::Taken(record)) => {
+            let response = match answer_again(&state, &caller, &key, &print, record).await {
+                Ok(response) => response,
+                Err(err) => return Ok(req.error_response(err)),
+            };
+            return Ok(req.into_response(response));
+        }
         Err(err) => return Ok(req.error_response(err)),
     };
-    if let Some(record) = record {
-        let response = match answer_again(&state, &caller, &print, record).await {
-            Ok(response) => response,
-            Err(err) => return Ok(req.error_response(err)),
-        };
-        return Ok(req.into_response(response));
-    }
+    // The handler reports what it creates under this claim.
+    caller.effects = Effects::recording(token.clone());
+    req.extensions_mut().insert(caller.clone());
 
     let pending = Pending {
         state: state.clone(),
         org_id: caller.org_id,
-        key,
+        claim: Some(token),
         effects: caller.effects.clone(),
         settled: false,
     };
@@ -390,6 +396,7 @@ async fn read_body(req: &mut ServiceRequest, limit: usize) -> Result<Bytes, ApiE
 async fn answer_again(
     state: &AppState,
     caller: &Caller,
+    key: &str,
     print: &[u8; 32],
     record: IdempotencyRecord,
 ) -> Result<HttpResponse, ApiError> {
@@ -404,6 +411,25 @@ async fn answer_again(
         mark_replayed(&mut response);
         return Ok(response);
     }
+    // Only now, for a retry it answers, is the kept body read.
+    let body = {
+        let mut conn = state.pool.get().await.map_err(unigen_db::DbError::from)?;
+        match idempotency::stored_body(&mut conn, caller.org_id, key, record.claim_id).await? {
+            Some(body) => Some(body),
+            // Kept for its job when its request ended unsettled: the job's
+            // creation answer, from the job.
+            None => match record.job_id {
+                Some(job_id) => {
+                    unigen_db::queries::jobs::find_for_org(&mut conn, caller.org_id, job_id)
+                        .await?
+                        .and_then(|job| {
+                            serde_json::to_vec(&crate::views::AsyncJobCreated::from(&job)).ok()
+                        })
+                }
+                None => None,
+            },
+        }
+    };
     let status = record
         .status_code
         .and_then(|code| StatusCode::from_u16(u16::try_from(code).ok()?).ok())
@@ -412,7 +438,7 @@ async fn answer_again(
     if let Some(content_type) = record.content_type {
         response.insert_header((CONTENT_TYPE, content_type));
     }
-    let mut response = response.body(record.body.unwrap_or_default());
+    let mut response = response.body(body.unwrap_or_default());
     mark_replayed(&mut response);
     Ok(response)
 }
@@ -429,7 +455,7 @@ fn mark_replayed(response: &mut HttpResponse) {
 struct Pending {
     state: web::Data<AppState>,
     org_id: Uuid,
-    key: String,
+    claim: Option<ClaimToken>,
     effects: Effects,
     settled: bool,
 }
@@ -495,7 +521,8 @@ impl Pending {
 
     /// Completes the record with `kept`, or frees the key without one.
     async fn store(&self, kept: Option<Kept>) {
-        if let Err(err) = settle_record(&self.state, self.org_id, &self.key, kept).await {
+        let Some(claim) = &self.claim else { return };
+        if let Err(err) = settle_record(&self.state, self.org_id, claim, kept).await {
             tracing::error!(error = %err, "idempotency record not settled");
         }
     }
@@ -510,13 +537,12 @@ impl Drop for Pending {
             return;
         };
         let kept = fallback(&self.effects.take());
-        let (state, org_id, key) = (
-            self.state.clone(),
-            self.org_id,
-            std::mem::take(&mut self.key),
-        );
+        let Some(claim) = self.claim.take() else {
+            return;
+        };
+        let (state, org_id) = (self.state.clone(), self.org_id);
         runtime.spawn(async move {
-            if let Err(err) = settle_record(&state, org_id, &key, kept).await {
+            if let Err(err) = settle_record(&state, org_id, &claim, kept).await {
                 tracing::error!(error = %err, "idempotency record not settled");
             }
         });
@@ -548,17 +574,29 @@ fn fallback(effects: &EffectsInner) -> Option<Kept> {
 async fn settle_record(
     state: &AppState,
     org_id: Uuid,
-    key: &str,
+    claim: &ClaimToken,
     kept: Option<Kept>,
 ) -> Result<(), unigen_db::DbError> {
+    if kept.is_none() {
+        // A job still on its way under this claim (the request was dropped
+        // mid-submission) is written on the claim: wait for it, so the key
+        // is kept for that job rather than freed.
+        let settled = state.submitter.claim_settled(claim.claim_id);
+        if tokio::time::timeout(CLAIM_SETTLE_WAIT, settled)
+            .await
+            .is_err()
+        {
+            tracing::warn!("a submission under an idempotency key did not settle in time");
+        }
+    }
     let mut conn = state.pool.get().await?;
-    match kept {
-        None => idempotency::release(&mut conn, org_id, key).await,
+    let held = match kept {
+        None => idempotency::release(&mut conn, org_id, claim).await? != Released::NotHeld,
         Some(Kept::Run(run_id)) => {
             idempotency::complete(
                 &mut conn,
                 org_id,
-                key,
+                claim,
                 &StoredResponse {
                     status_code: 200,
                     content_type: Some("text/event-stream"),
@@ -566,7 +604,7 @@ async fn settle_record(
                     agent_run_id: Some(run_id),
                 },
             )
-            .await
+            .await?
         }
         Some(Kept::Response {
             status,
@@ -576,7 +614,7 @@ async fn settle_record(
             idempotency::complete(
                 &mut conn,
                 org_id,
-                key,
+                claim,
                 &StoredResponse {
                     status_code: status.as_u16() as i16,
                     content_type: content_type.as_deref(),
@@ -584,9 +622,15 @@ async fn settle_record(
                     agent_run_id: None,
                 },
             )
-            .await
+            .await?
         }
+    };
+    if !held {
+        // Taken over (abandoned for 15 minutes) or settled already: the
+        // key's current claim is another request's, and stays as it is.
+        tracing::warn!("idempotency key settled by a request that no longer held it");
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -3,10 +3,12 @@
 //!
 //! Staleness is bounded twice: entries expire after `auth.key_cache_seconds`,
 //! and every change to keys, organizations or plans (a trigger notifies
-//! [`AUTH_CHANNEL`](unigen_db::notify::AUTH_CHANNEL)) empties every
+//! [`AUTH_CHANNEL`](unigen_db::notify::AUTH_CHANNEL)) reaches every
 //! process's cache at once, so a revocation takes effect within
-//! milliseconds. While the listener is disconnected, notifications may be
-//! missed: the cache is bypassed until it is back.
+//! milliseconds. A key's change (revoked, expired, scopes) drops only that
+//! key; an organization's or a plan's drops everything. While the listener
+//! is disconnected, notifications may be missed: the cache is bypassed
+//! until it is back.
 //!
 //! [`KeyUsage`] keeps `api_keys.last_used_at` roughly current without a
 //! write per request: each key is recorded at most once per
@@ -55,6 +57,7 @@ impl KeyCache {
     /// `ttl` zero disables the cache. The task empties it on every change.
     pub fn spawn(ttl: Duration, hub: ListenerHub) -> (Self, JoinHandle<()>) {
         let mut changes = hub.subscribe(AUTH_CHANGED);
+        let mut key_changes = hub.subscribe_key_changes();
         let cache = Self {
             inner: Arc::new(Inner {
                 ttl,
@@ -68,8 +71,20 @@ impl KeyCache {
         // Also woken when the listener reconnects: whatever was missed meanwhile is dropped.
         let task = tokio::spawn(async move {
             loop {
-                changes.changed().await;
-                invalidated.clear();
+                tokio::select! {
+                    () = changes.changed() => invalidated.clear(),
+                    key = key_changes.recv() => match key {
+                        Ok(key_id) => invalidated.evict(key_id),
+                        // Missed some: any key may have changed.
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            invalidated.clear();
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            changes.changed().await;
+                            invalidated.clear();
+                        }
+                    },
+                }
             }
         });
         (cache, task)
@@ -119,6 +134,15 @@ impl KeyCache {
             entries.clear();
         }
         entries.insert(hash, (row, Instant::now()));
+    }
+
+    /// Drops one key (revoked, or changed), in this process; every other
+    /// process hears of it from the `api_keys` trigger's notification.
+    pub fn evict(&self, key_id: Uuid) {
+        let mut entries = self.inner.entries.lock().expect("key cache lock");
+        // A lookup of this key that raced the change is not stored.
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        entries.retain(|_, (row, _)| row.key_id != key_id);
     }
 
     pub fn clear(&self) {
@@ -244,6 +268,27 @@ mod tests {
         let fresh = cache.ticket();
         cache.put([1; 32], row(), fresh);
         assert_eq!(cache.get(&[1; 32]).unwrap().plan_code, "free");
+    }
+
+    #[tokio::test]
+    async fn a_key_change_drops_only_that_key() {
+        let hub = ListenerHub::connected_for_tests();
+        let (cache, _task) = KeyCache::spawn(Duration::from_secs(60), hub.clone());
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ticket = cache.ticket();
+        cache.put([1; 32], KeyAuthRow { key_id: a, ..row() }, ticket);
+        let ticket = cache.ticket();
+        cache.put([2; 32], KeyAuthRow { key_id: b, ..row() }, ticket);
+        // As the auth channel's `api_keys:<a>` notification does.
+        hub.key_changed(a);
+        for _ in 0..100 {
+            if cache.get(&[1; 32]).is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(cache.get(&[1; 32]).is_none(), "the changed key is dropped");
+        assert_eq!(cache.get(&[2; 32]).unwrap().key_id, b, "the other stays");
     }
 
     #[tokio::test]

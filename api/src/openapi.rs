@@ -120,8 +120,9 @@ const AUTHENTICATED_ERRORS: [(u16, &str); 5] = [
     ),
     (
         429,
-        "`rate_limited`: the key's request rate or the plan's concurrent requests are used up; \
-         `Retry-After` (always sent) says when to retry",
+        "`rate_limited`: the organization's request rate (all its keys together) or the plan's \
+         concurrent requests are used up (for `GET /jobs/{id}/events`: also its open event \
+         streams on the server); `Retry-After` (always sent) says when to retry",
     ),
     (500, "`server_error`: internal error"),
     (
@@ -746,6 +747,7 @@ mod tests {
         assert!(!chat.contains(&serde_json::json!("local/hash-embed")));
         assert_eq!(models("AgentCreateRequest"), chat);
         assert_eq!(models("AgentUpdateRequest"), chat);
+        assert_eq!(models("ResponseCreateRequest"), chat);
         let edits = models("ImageEditRequest");
         assert!(edits.contains(&serde_json::json!("local/classic-edit")));
         assert!(edits.contains(&serde_json::json!("dall-e-2")));

@@ -1,4 +1,5 @@
-//! The plan's request rate, per key, across every API process.
+//! The plan's request rate, per organization (every key of it together),
+//! across every API process.
 //!
 //! The limit lives in PostgreSQL (`rate_limits`, a cell rate algorithm).
 //! Keys with a high rate take tokens in blocks of a tenth of a second's

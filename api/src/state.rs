@@ -21,7 +21,7 @@ pub struct AppState {
     pub hub: ListenerHub,
     /// Verified keys, cached briefly.
     pub keys: crate::key_cache::KeyCache,
-    /// The plan's request rate per key, taken in blocks.
+    /// The plan's request rate per organization, taken in blocks.
     pub rate: Arc<crate::rate_limit::RateLimiter>,
     /// Concurrency slots, leased in blocks and counted in memory.
     pub slots: crate::metering::slots::Slots,
@@ -52,6 +52,8 @@ pub struct AppState {
     /// Fires when the process starts stopping: open job event streams end
     /// (clients resume on another process with `Last-Event-ID`).
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Open job event streams per organization (`http.max_event_streams_per_org`).
+    pub event_streams: Arc<crate::routes::job_events::OpenStreams>,
 }
 
 /// Wait limits from `[jobs]` and `[notify]`.
@@ -64,6 +66,10 @@ pub struct Limits {
     pub max_body: usize,
     /// `jobs.max_audio_seconds`: the longest audio a transcription accepts.
     pub max_audio_seconds: f64,
+    /// `http.event_keep_alive_seconds`: job event streams' keep-alive.
+    pub event_keep_alive: Duration,
+    /// `http.key_rate_limit_per_minute`: each key's own rate (0: none).
+    pub key_rate_per_minute: i32,
 }
 
 impl Limits {
@@ -74,6 +80,9 @@ impl Limits {
             recheck: Duration::from_secs(settings.notify.recheck_seconds.max(1)),
             max_body: settings.http.max_body_bytes,
             max_audio_seconds: settings.jobs.max_audio_seconds,
+            event_keep_alive: Duration::from_secs(settings.http.event_keep_alive_seconds.max(1)),
+            key_rate_per_minute: i32::try_from(settings.http.key_rate_limit_per_minute)
+                .unwrap_or(i32::MAX),
         }
     }
 }

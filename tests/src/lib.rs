@@ -355,6 +355,8 @@ impl TestApp {
                 key_prefix: &material.display_prefix,
                 scopes: scopes.iter().map(|s| s.as_str().to_owned()).collect(),
                 expires_at,
+                created_by_key: None,
+                created_by_member: None,
             },
         )
         .await

@@ -75,7 +75,9 @@ pub async fn fetch_uploaded_inputs(
 
 /// A signed URL of this API's own files (e.g. an earlier job's output) is
 /// read from storage directly: no HTTP round trip to ourselves, and it works
-/// whatever the network policy for client URLs.
+/// whatever the network policy for client URLs. Its size is checked first,
+/// against the same `fetch.max_bytes` as any input: a 512 MiB video output
+/// is refused without a byte of it read.
 async fn own_file(state: &AppState, media_ref: &MediaRef) -> Result<Option<Media>, ApiError> {
     let Some(key) = state
         .signer
@@ -89,12 +91,28 @@ async fn own_file(state: &AppState, media_ref: &MediaRef) -> Result<Option<Media
             format!("{} {reason}", media_ref.field),
         ))
     };
+    let too_large = || {
+        let err = state.fetcher.too_large(media_ref.field);
+        ApiError::Validation(ValidationError::new(err.field, err.to_string()))
+    };
+    let meta = state
+        .store
+        .head(&key)
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or_else(|| invalid("refers to a file that no longer exists"))?;
+    if meta.size > state.fetcher.max_bytes() as u64 {
+        return Err(too_large());
+    }
     let bytes = state
         .store
         .get(&key)
         .await
         .map_err(ApiError::internal)?
         .ok_or_else(|| invalid("refers to a file that no longer exists"))?;
+    if bytes.len() > state.fetcher.max_bytes() {
+        return Err(too_large());
+    }
     let extension = sniff(&bytes, media_ref.kind)
         .ok_or_else(|| invalid("is not a supported format for this field"))?;
     Ok(Some(Media { bytes, extension }))
@@ -267,6 +285,7 @@ pub async fn run(
             input_params: generation.params,
             estimate,
             cancel_after,
+            idempotency: caller.effects.claim(),
         })
         .await?;
     state.metrics.job_submitted(generation.tool);

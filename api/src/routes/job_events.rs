@@ -13,8 +13,15 @@
 //! Streams wake on the job's change notifications (LISTEN/NOTIFY, as long
 //! polls do); the `notify.recheck_seconds` re-read only covers a lost
 //! notification. A stopping process ends its streams at once.
+//!
+//! An organization holds at most `http.max_event_streams_per_org` open
+//! streams on one API process (a 429 past it), and each stream checks its
+//! key again at every keep-alive: once the key is revoked or expired (or
+//! the organization suspended), the stream ends.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -36,10 +43,66 @@ use crate::state::AppState;
 use crate::views::JobView;
 
 const KIND: &str = "job";
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Pause between reads while the database is unreachable.
 const DB_RETRY_PAUSE: Duration = Duration::from_millis(250);
 const LAST_EVENT_ID: &str = "Last-Event-ID";
+
+/// Open streams per organization, on this process.
+pub struct OpenStreams {
+    max_per_org: usize,
+    open: Mutex<HashMap<Uuid, usize>>,
+}
+
+/// One open stream's place; freed when the stream ends (or its client goes).
+pub struct StreamPlace {
+    streams: Arc<OpenStreams>,
+    org_id: Uuid,
+}
+
+impl OpenStreams {
+    pub fn new(max_per_org: usize) -> Self {
+        Self {
+            max_per_org,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A place for one more stream of `org_id`, or `None` at the cap.
+    fn take(self: &Arc<Self>, org_id: Uuid) -> Option<StreamPlace> {
+        let mut open = self.open.lock().expect("open streams lock");
+        let count = open.entry(org_id).or_insert(0);
+        if *count >= self.max_per_org {
+            return None;
+        }
+        *count += 1;
+        Some(StreamPlace {
+            streams: self.clone(),
+            org_id,
+        })
+    }
+
+    #[cfg(test)]
+    fn open_for(&self, org_id: Uuid) -> usize {
+        self.open
+            .lock()
+            .expect("open streams lock")
+            .get(&org_id)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        let mut open = self.streams.open.lock().expect("open streams lock");
+        if let Some(count) = open.get_mut(&self.org_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.org_id);
+            }
+        }
+    }
+}
 
 /// Where a job is; ordered as the job moves (field order matters: a
 /// terminal state lies beyond every attempt's progress).
@@ -152,6 +215,13 @@ pub async fn stream_job_events(
     caller.require_any(&JOB_SCOPES)?;
     let id = path_id(KIND, &path)?;
     let after = last_event_id(&req)?;
+    let place = state
+        .event_streams
+        .take(caller.org_id)
+        .ok_or(ApiError::RateLimited {
+            message: "Too many open job event streams for this organization; close one first",
+            retry_after_seconds: 5,
+        })?;
     // Subscribed before the first read: a change in between is not lost.
     let watch = state.hub.subscribe(id);
     let job = state
@@ -159,14 +229,17 @@ pub async fn stream_job_events(
         .read(caller.org_id, id)
         .await?
         .ok_or_else(|| not_found(KIND, &path))?;
+    let keep_alive = keep_alive_timer(state.limits.event_keep_alive);
     let cursor = Cursor {
         state,
         org_id: caller.org_id,
+        key_hash: caller.key_hash,
         id,
         watch,
         sent: after,
         next_read: Read::Have(Box::new(job)),
-        keep_alive: keep_alive_timer(),
+        keep_alive,
+        _place: place,
     };
     Ok(HttpResponse::Ok()
         .content_type("text/event-stream")
@@ -185,8 +258,8 @@ pub async fn stream_job_events(
         })))
 }
 
-fn keep_alive_timer() -> Interval {
-    let mut timer = tokio::time::interval_at(Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+fn keep_alive_timer(every: Duration) -> Interval {
+    let mut timer = tokio::time::interval_at(Instant::now() + every, every);
     timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
     timer
 }
@@ -208,12 +281,16 @@ enum Frame {
 struct Cursor {
     state: web::Data<AppState>,
     org_id: Uuid,
+    /// The key that opened the stream, checked again at each keep-alive.
+    key_hash: [u8; 32],
     id: Uuid,
     watch: JobWatch,
     /// The position of the last event sent (or resumed from).
     sent: Option<Position>,
     next_read: Read,
     keep_alive: Interval,
+    /// Counted against the organization's open streams until dropped.
+    _place: StreamPlace,
 }
 
 impl Cursor {
@@ -245,7 +322,7 @@ impl Cursor {
                         () = self.watch.changed() => {}
                         // Only for a notification lost in transit.
                         () = tokio::time::sleep(recheck) => {}
-                        _ = self.keep_alive.tick() => return Frame::KeepAlive,
+                        _ = self.keep_alive.tick() => return self.keep_alive_frame().await,
                         // Not held open through the graceful stop: the
                         // client resumes elsewhere with `Last-Event-ID`.
                         () = self.state.shutdown.cancelled() => return Frame::End,
@@ -266,6 +343,25 @@ impl Cursor {
             if position.is_terminal() {
                 // The client already has the final event (it resumed after it).
                 return Frame::End;
+            }
+        }
+    }
+}
+
+impl Cursor {
+    /// A keep-alive, if the stream's key may still be used: a revoked or
+    /// expired key (or a suspended organization) ends the stream. An
+    /// unreachable database does not: the next keep-alive checks again.
+    async fn keep_alive_frame(&self) -> Frame {
+        match crate::auth::valid_key(&self.state, &self.key_hash).await {
+            Ok(_) => Frame::KeepAlive,
+            Err(ApiError::InvalidKey | ApiError::KeyExpired | ApiError::OrgSuspended) => {
+                tracing::info!(job.id = %self.id, "job event stream ended: its key is no longer valid");
+                Frame::End
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, job.id = %self.id, "job event stream: key not checked");
+                Frame::KeepAlive
             }
         }
     }
@@ -316,6 +412,21 @@ mod tests {
         assert_eq!(at(1, 1, 0).event_type(), "status");
         assert_eq!(at(2, 1, 100).event_type(), "status");
         assert_eq!(at(0, 0, 0).event_type(), "status");
+    }
+
+    #[test]
+    fn an_organization_holds_at_most_its_open_streams() {
+        let streams = Arc::new(OpenStreams::new(2));
+        let (org, other) = (Uuid::new_v4(), Uuid::new_v4());
+        let first = streams.take(org).unwrap();
+        let second = streams.take(org).unwrap();
+        assert!(streams.take(org).is_none(), "the third is refused");
+        assert!(streams.take(other).is_some(), "another organization's own");
+        drop(first);
+        assert_eq!(streams.open_for(org), 1);
+        let third = streams.take(org).expect("a place freed");
+        drop((second, third));
+        assert_eq!(streams.open_for(org), 0);
     }
 
     #[test]

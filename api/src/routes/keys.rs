@@ -10,6 +10,7 @@ use unigen_core::ValidationError;
 use unigen_core::domain::key_rules::{self, KeyRequest, ValidKey};
 use unigen_core::domain::{ApiKeyMaterial, Scope};
 use unigen_db::models::{ApiKey, NewApiKey};
+use unigen_db::queries::keys::KeyInsert;
 use unigen_db::{DbError, queries};
 use uuid::Uuid;
 
@@ -32,7 +33,9 @@ pub struct KeyCreateRequest {
     #[schema(min_items = 1, example = json!(["image", "jobs"]))]
     pub scopes: Option<Vec<String>>,
     /// Optional expiry, in the future: an ISO 8601 date-time
-    /// (`2027-01-31T12:00:00Z`) or a date (midnight UTC).
+    /// (`2027-01-31T12:00:00Z`) or a date (midnight UTC). No later than the
+    /// calling key's own expiry, which a key created by an expiring key
+    /// takes when it names none.
     #[schema(example = "2027-01-31T00:00:00Z")]
     pub expires_at: Option<String>,
 }
@@ -50,6 +53,40 @@ pub struct KeyView {
     /// When the key last authenticated a request (about a minute's precision); null if never.
     pub last_used_at: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Who created the key; null for a key made by the operator.
+    pub created_by: Option<KeyCreator>,
+}
+
+/// The creator of a key: another API key (`POST /keys`) or a dashboard member.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct KeyCreator {
+    #[serde(rename = "type")]
+    pub kind: KeyCreatorKind,
+    /// The creating key's id, or the member's.
+    pub id: Uuid,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyCreatorKind {
+    Key,
+    Member,
+}
+
+impl KeyCreator {
+    fn of(key: &ApiKey) -> Option<Self> {
+        match (key.created_by_key, key.created_by_member) {
+            (Some(id), _) => Some(Self {
+                kind: KeyCreatorKind::Key,
+                id,
+            }),
+            (None, Some(id)) => Some(Self {
+                kind: KeyCreatorKind::Member,
+                id,
+            }),
+            (None, None) => None,
+        }
+    }
 }
 
 impl From<&ApiKey> for KeyView {
@@ -62,6 +99,7 @@ impl From<&ApiKey> for KeyView {
             created_at: key.created_at,
             last_used_at: key.last_used_at,
             expires_at: key.expires_at,
+            created_by: KeyCreator::of(key),
         }
     }
 }
@@ -77,6 +115,8 @@ pub struct CreatedKey {
     /// Always null at creation.
     pub last_used_at: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The calling key.
+    pub created_by: Option<KeyCreator>,
     /// The key's value (`sk_` + 64 hex characters). Store it now: only its
     /// hash is kept, so it cannot be shown again.
     #[schema(pattern = "^sk_[0-9a-f]{64}$")]
@@ -90,11 +130,16 @@ pub struct KeyList {
 
 impl KeyCreateRequest {
     /// The shared key rules (`unigen_core::domain::key_rules`).
-    fn validate(&self, now: DateTime<Utc>) -> Result<ValidKey, ValidationError> {
+    fn validate(
+        &self,
+        now: DateTime<Utc>,
+        granter_expires_at: Option<DateTime<Utc>>,
+    ) -> Result<ValidKey, ValidationError> {
         KeyRequest {
             name: self.name.as_deref(),
             scopes: self.scopes.as_deref(),
             expires_at: self.expires_at.as_deref(),
+            granter_expires_at,
         }
         .validate(now)
     }
@@ -106,8 +151,9 @@ impl KeyCreateRequest {
     request_body = KeyCreateRequest,
     responses(
         (status = 201, description = "The key, with its value in `key` (shown only this once)", body = CreatedKey),
-        (status = 400, description = "`name` empty or over 100 characters, `scopes` empty or naming an unknown scope, or `expires_at` malformed or not in the future (`param` names the field)", body = ErrorBody),
+        (status = 400, description = "`name` empty or over 100 characters, `scopes` empty or naming an unknown scope, or `expires_at` malformed, not in the future, or later than the calling key's own expiry (`param` names the field)", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 402, description = "`limit_reached`: the organization has as many active keys as its plan allows (Free 3, Pro 20, Business 100)", body = ErrorBody),
         (status = 403, description = "`API key does not have required scope: <scope>`: the caller lacks `keys`, or a scope it asked to grant", body = ErrorBody),
     ),
     security(("bearer" = ["keys"]))
@@ -120,15 +166,15 @@ pub async fn create_key(
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Keys)?;
     let request: KeyCreateRequest = json_body(&body)?;
-    let new = request.validate(Utc::now())?;
+    let new = request.validate(Utc::now(), caller.key_expires_at)?;
     // No key grants more than its creator holds.
     if let Some(scope) = key_rules::first_ungranted(&new.scopes, &caller.scopes) {
         caller.require(scope)?;
     }
     let material = ApiKeyMaterial::generate().map_err(ApiError::internal)?;
-    let key = {
+    let inserted = {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::keys::insert(
+        queries::keys::insert_within_plan(
             &mut conn,
             &NewApiKey {
                 id: Uuid::now_v7(),
@@ -138,11 +184,19 @@ pub async fn create_key(
                 key_prefix: &material.display_prefix,
                 scopes: new.scope_names(),
                 expires_at: new.expires_at,
+                created_by_key: Some(caller.key_id),
+                created_by_member: None,
             },
         )
         .await?
     };
-    let view = KeyView::from(&key);
+    let key = match inserted {
+        KeyInsert::Created(key) => key,
+        KeyInsert::LimitReached { plan, max } => {
+            return Err(ApiError::LimitReached(key_rules::limit_message(&plan, max)));
+        }
+    };
+    let view = KeyView::from(&*key);
     // An Idempotency-Key replay answers the same fields without the value.
     caller
         .effects
@@ -155,6 +209,7 @@ pub async fn create_key(
         created_at: view.created_at,
         last_used_at: view.last_used_at,
         expires_at: view.expires_at,
+        created_by: view.created_by,
         key: material.plaintext,
     }))
 }
@@ -204,12 +259,13 @@ pub async fn delete_key(
     caller.require(Scope::Keys)?;
     let id = path_id(KIND, &path)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
-    // The update's trigger notifies every API process, which drops its cached keys.
+    // The update's trigger notifies every API process, which drops this
+    // key (and only it) from its cache.
     if !queries::keys::revoke_for_org(&mut conn, caller.org_id, id, Utc::now()).await? {
         return Err(not_found(KIND, &path));
     }
     // This process too, without waiting for the notification's round trip.
-    state.keys.clear();
+    state.keys.evict(id);
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -225,13 +281,16 @@ mod tests {
             scopes: Some(vec!["image".into(), "jobs".into()]),
             expires_at: Some("2999-01-02".into()),
         };
-        let key = request.validate(Utc::now()).unwrap();
+        let key = request.validate(Utc::now(), None).unwrap();
         assert_eq!(key.scopes, vec![Scope::Image, Scope::Jobs]);
         let missing = KeyCreateRequest {
             name: None,
             scopes: None,
             expires_at: None,
         };
-        assert_eq!(missing.validate(Utc::now()).unwrap_err().field, "name");
+        assert_eq!(
+            missing.validate(Utc::now(), None).unwrap_err().field,
+            "name"
+        );
     }
 }

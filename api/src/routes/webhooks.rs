@@ -12,7 +12,9 @@ use serde_json::Value;
 use unigen_core::ValidationError;
 use unigen_core::domain::Scope;
 use unigen_db::models::{NewWebhook, Webhook, WebhookUpdate};
-use unigen_db::queries::webhooks::{CreateOutcome, DeliveryLog, RedeliverOutcome, SendTarget};
+use unigen_db::queries::webhooks::{
+    CreateOutcome, DeliveryLog, RedeliverOutcome, ReplayOutcome, SendTarget, TestOutcome,
+};
 use unigen_db::{DbError, queries};
 use unigen_jobs::webhooks;
 use uuid::Uuid;

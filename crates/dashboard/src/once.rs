@@ -8,7 +8,7 @@
 
 use sha2::{Digest, Sha256};
 use unigen_db::DbError;
-use unigen_db::queries::idempotency::{self, Claim, StoredResponse};
+use unigen_db::queries::idempotency::{self, Claim, ClaimToken, StoredResponse};
 
 use crate::DashboardState;
 use crate::error::DashError;
@@ -25,7 +25,7 @@ pub fn new_form_id() -> Result<String, DashError> {
 
 /// A form submission's claim on its `form_id`.
 pub struct OnceForm {
-    key: String,
+    claim: ClaimToken,
 }
 
 /// Whether this is the form's first submission.
@@ -54,7 +54,7 @@ impl OnceForm {
         let print: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
         match idempotency::claim(&mut conn, signed_in.org_id(), &key, &print).await? {
-            Claim::Claimed => Ok(Submission::First(OnceForm { key })),
+            Claim::Claimed(claim) => Ok(Submission::First(OnceForm { claim })),
             Claim::Taken(_) => Ok(Submission::Repeated),
         }
     }
@@ -65,7 +65,7 @@ impl OnceForm {
         idempotency::complete(
             &mut conn,
             signed_in.org_id(),
-            &self.key,
+            &self.claim,
             &StoredResponse {
                 status_code: 201,
                 content_type: None,
@@ -84,7 +84,7 @@ impl OnceForm {
         signed_in: &SignedIn,
     ) -> Result<(), DashError> {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        idempotency::release(&mut conn, signed_in.org_id(), &self.key).await?;
+        idempotency::release(&mut conn, signed_in.org_id(), &self.claim).await?;
         Ok(())
     }
 }

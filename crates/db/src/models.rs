@@ -68,6 +68,10 @@ pub struct ApiKey {
     pub revoked_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub last_used_at: Option<DateTime<Utc>>,
+    /// The key that created it (`POST /keys`), if any.
+    pub created_by_key: Option<Uuid>,
+    /// The dashboard member who created it, if any.
+    pub created_by_member: Option<Uuid>,
 }
 
 #[derive(Debug, Insertable)]
@@ -80,6 +84,9 @@ pub struct NewApiKey<'a> {
     pub key_prefix: &'a str,
     pub scopes: Vec<String>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// Both `None` for the operator CLI.
+    pub created_by_key: Option<Uuid>,
+    pub created_by_member: Option<Uuid>,
 }
 
 /// What authentication needs about a key and its organization, in one row.

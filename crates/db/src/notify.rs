@@ -41,6 +41,10 @@ pub use unigen_core::config::{AUTH_CHANNEL, validate_channel};
 /// Job ids are UUIDv7, never all ones.
 pub const AUTH_CHANGED: Uuid = Uuid::max();
 
+/// The auth channel's payload for one key (`api_keys:<id>`, sent by the
+/// `api_keys` row trigger): only that key is dropped from the caches.
+pub const KEY_CHANGED_PREFIX: &str = "api_keys:";
+
 /// NOTIFY payloads must stay below 8000 bytes.
 const MAX_PAYLOAD: usize = 7900;
 const LISTENER_PING: Duration = Duration::from_secs(15);
@@ -133,11 +137,21 @@ fn payloads(ids: &[Uuid]) -> Vec<String> {
 #[derive(Default)]
 struct HubInner {
     watches: Mutex<HashMap<Uuid, watch::Sender<u64>>>,
+    /// One API key changed (`api_keys:<id>` on the auth channel): its id,
+    /// to whoever listens (the key caches, which drop only that key).
+    key_changes: Mutex<Option<tokio::sync::broadcast::Sender<Uuid>>>,
     connected: AtomicBool,
     reconnects: AtomicU64,
 }
 
 impl HubInner {
+    fn key_changed(&self, id: Uuid) {
+        if let Some(sender) = self.key_changes.lock().expect("hub lock").as_ref() {
+            // No receiver: nothing caches keys.
+            let _ = sender.send(id);
+        }
+    }
+
     fn wake(&self, id: &Uuid) {
         if let Some(sender) = self.watches.lock().expect("hub lock").get(id) {
             sender.send_modify(|n| *n = n.wrapping_add(1));
@@ -247,6 +261,23 @@ impl ListenerHub {
         hub
     }
 
+    /// The ids of API keys changed from now on (revoked, expired, scopes,
+    /// deleted). A receiver that lags behind must treat every key as changed.
+    pub fn subscribe_key_changes(&self) -> tokio::sync::broadcast::Receiver<Uuid> {
+        self.inner
+            .key_changes
+            .lock()
+            .expect("hub lock")
+            .get_or_insert_with(|| tokio::sync::broadcast::channel(1024).0)
+            .subscribe()
+    }
+
+    /// Tells this process's subscribers that a key changed, as the auth
+    /// channel's notification will (for a process that changed it itself).
+    pub fn key_changed(&self, id: Uuid) {
+        self.inner.key_changed(id);
+    }
+
     pub fn is_connected(&self) -> bool {
         self.inner.connected.load(Ordering::Relaxed)
     }
@@ -318,7 +349,15 @@ async fn listen_session(
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
                 payload = rx.recv() => match payload {
-                    Some((true, _)) => inner.wake(&AUTH_CHANGED),
+                    Some((true, payload)) => match payload
+                        .strip_prefix(KEY_CHANGED_PREFIX)
+                        .and_then(|id| id.parse::<Uuid>().ok())
+                    {
+                        // One key: only it is dropped from the caches.
+                        Some(id) => inner.key_changed(id),
+                        // An organization or a plan: everything cached.
+                        None => inner.wake(&AUTH_CHANGED),
+                    },
                     Some((false, payload)) => {
                         for id in payload.split(',').filter_map(|s| s.parse::<Uuid>().ok()) {
                             inner.wake(&id);

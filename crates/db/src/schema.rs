@@ -22,6 +22,7 @@ diesel::table! {
         knowledge_files_per_agent -> Int4,
         max_file_size_mb -> Int4,
         max_webhooks -> Int4,
+        max_api_keys -> Int4,
     }
 }
 
@@ -48,6 +49,8 @@ diesel::table! {
         revoked_at -> Nullable<Timestamptz>,
         created_at -> Timestamptz,
         last_used_at -> Nullable<Timestamptz>,
+        created_by_key -> Nullable<Uuid>,
+        created_by_member -> Nullable<Uuid>,
     }
 }
 
@@ -349,6 +352,8 @@ diesel::table! {
         agent_run_id -> Nullable<Uuid>,
         created_at -> Timestamptz,
         expires_at -> Timestamptz,
+        claim_id -> Uuid,
+        job_id -> Nullable<Uuid>,
     }
 }
 

@@ -39,6 +39,9 @@ pub struct NewJobRequest<'a> {
     pub estimate: Estimate,
     /// `Cancel-After`: unfinished by then, the job is cancelled.
     pub cancel_after: Option<DateTime<Utc>>,
+    /// The `Idempotency-Key` claim (key, claim id) the request holds: the
+    /// job is written on it in the statement that creates the job.
+    pub idempotency: Option<(String, Uuid)>,
 }
 
 /// A job to persist, owned so that a batch task can write it.
@@ -145,6 +148,7 @@ pub struct JobSubmitter {
     publisher: Arc<Publisher>,
     confirmed: Batcher<Uuid>,
     submissions: Batched<Arc<Pending>, Persisted>,
+    claims: ClaimsInFlight,
 }
 
 impl JobSubmitter {
@@ -429,4 +433,33 @@ async fn record_deadline_cancellations(
         queries::billing::release(conn, job.id, Some(record)).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_claim_is_settled_once_its_submission_is_done() {
+        let claims = ClaimsInFlight::default();
+        let claim = Uuid::new_v4();
+        // Nothing on its way: at once.
+        tokio::time::timeout(Duration::from_millis(50), claims.settled(claim))
+            .await
+            .expect("settled at once");
+        let in_flight = claims.register(claim);
+        let waiting = tokio::spawn({
+            let claims = claims.clone();
+            async move { claims.settled(claim).await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(!waiting.is_finished(), "waits while the job is on its way");
+        drop(in_flight);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("settled once the submission is done")
+            .unwrap();
+    }
 }

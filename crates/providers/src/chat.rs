@@ -825,17 +825,21 @@ mod tests {
         let base = count_request_tokens(&text_only);
         assert!(base >= count_prompt_tokens(&text_only.messages));
         let words = |n: usize| "word ".repeat(n);
-        let with_tool = params(serde_json::json!({"messages": hi, "max_tokens": 1, "tools": [
-            {"type": "function", "function": {"name": "f", "description": words(5_000)}}]}));
+        let with_tool = params(
+            serde_json::json!({"messages": hi, "max_tokens": 1, "tools": [
+            {"type": "function", "function": {"name": "f", "description": words(5_000)}}]}),
+        );
         assert!(count_request_tokens(&with_tool) >= base + 5_000);
         let with_schema = params(serde_json::json!({"messages": hi, "response_format":
             {"type": "json_schema", "json_schema": {"name": "s",
              "schema": {"type": "object", "description": words(2_000)}}}}));
         assert!(count_request_tokens(&with_schema) >= base + 2_000);
-        let with_images = params(serde_json::json!({"messages": [{"role": "user", "content": [
+        let with_images = params(
+            serde_json::json!({"messages": [{"role": "user", "content": [
             {"type": "text", "text": "hi"},
             {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
-            {"type": "image_url", "image_url": {"url": "https://example.com/b.png"}}]}]}));
+            {"type": "image_url", "image_url": {"url": "https://example.com/b.png"}}]}]}),
+        );
         assert!(count_request_tokens(&with_images) >= base + 2 * IMAGE_TOKEN_ALLOWANCE);
         let with_calls = params(serde_json::json!({"messages": [
             {"role": "user", "content": "hi"},

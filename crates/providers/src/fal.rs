@@ -756,7 +756,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_refused_submit_is_permanent_with_fals_string_detail() {
+    async fn a_refused_submit_is_permanent_and_an_account_refusal_neutral() {
         let server = MockServer::start().await;
         Mock::given(method("POST"))
             .respond_with(ResponseTemplate::new(403).set_body_json(json!({
@@ -766,9 +766,10 @@ mod tests {
             .mount(&server)
             .await;
         let err = run(&client(&server), APP).await.unwrap_err();
+        // The operator's fal account, not the tenant's request: neutral.
         assert_eq!(
             err,
-            ProviderError::Permanent("User is locked. Reason: Exhausted balance.".into())
+            ProviderError::Permanent(crate::http::ACCOUNT_UNAVAILABLE.into())
         );
         server.verify().await;
     }

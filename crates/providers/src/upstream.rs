@@ -131,11 +131,16 @@ impl Upstream {
                 }
             }
         }
+        let keys = settings.keys();
+        // Never quoted back to a tenant by an upstream's error text.
+        for key in &keys {
+            crate::http::register_secret(key);
+        }
         Self {
             base_url: settings.base_url.trim_end_matches('/').to_owned(),
             auth,
             headers,
-            keys: std::sync::Arc::new(KeyRing::new(settings.keys())),
+            keys: std::sync::Arc::new(KeyRing::new(keys)),
             http,
         }
     }

@@ -96,7 +96,7 @@ async fn wait_for_scalar(app: &TestApp, sql: &str, want: i64, what: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rate_limit_holds_across_two_api_processes_and_is_per_key() {
+async fn the_rate_limit_holds_across_two_api_processes_and_is_per_organization() {
     const PER_MINUTE: usize = 4;
     let mut app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
     app.sql(&format!(
@@ -147,14 +147,23 @@ async fn the_rate_limit_holds_across_two_api_processes_and_is_per_key() {
         assert!(body["error"]["message"].is_string(), "{body}");
     }
 
-    // Another key of the same organization has a budget of its own.
-    let second = app.create_key(app.org_id, &["all"], None).await;
+    // Another key of the same organization shares its budget (issue 34,
+    // finding 3: minting keys does not multiply the rate)...
+    let same_org = app.create_key(app.org_id, &["all"], None).await;
+    assert_eq!(
+        send(0, same_org).await.status(),
+        429,
+        "the organization's rate"
+    );
+    // ...while another organization has a budget of its own.
+    let other_org = app.create_org("Other", "pro").await;
+    let second = app.create_key(other_org, &["all"], None).await;
     for i in 0..PER_MINUTE {
         let response = send(i, second.clone()).await;
         assert_eq!(response.status(), 200, "second key, request {i}");
     }
     let refused = send(0, second.clone()).await;
-    assert_eq!(refused.status(), 429, "second key over its rate");
+    assert_eq!(refused.status(), 429, "second organization over its rate");
 
     // Retry-After is accurate: once it has passed, one more request is
     // admitted (one emission interval's worth), and the next is refused.
@@ -172,7 +181,7 @@ async fn the_rate_limit_holds_across_two_api_processes_and_is_per_key() {
     assert_eq!(send(0, second).await.status(), 429, "one interval only");
 }
 
-/// Concurrent bursts on new keys, split over two processes: exactly the
+/// Concurrent bursts on new organizations' keys, split over two processes: exactly the
 /// rate is admitted, every other request is a 429 (never a 500, never one
 /// too many).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -186,7 +195,8 @@ async fn a_concurrent_burst_admits_exactly_the_rate_and_refuses_the_rest() {
     .await;
     let other_api = app.spawn_extra_api().await;
     for round in 0..8 {
-        let key = app.create_key(app.org_id, &["all"], None).await;
+        let org = app.create_org(&format!("Round {round}"), "pro").await;
+        let key = app.create_key(org, &["all"], None).await;
         let requests: Vec<_> = (0..BURST)
             .map(|i| {
                 let base = if i % 2 == 0 {

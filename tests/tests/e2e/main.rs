@@ -22,6 +22,7 @@ mod faults;
 mod files;
 mod fixture;
 mod hardening;
+mod hardening_second;
 mod idempotency;
 mod images;
 mod job_events;

@@ -81,6 +81,7 @@ pub(super) async fn generate_image(
                 )),
             },
             cancel_after: None,
+            idempotency: None,
         })
         .await
         .map_err(|err| match err {

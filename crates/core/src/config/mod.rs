@@ -194,6 +194,26 @@ pub struct HttpSettings {
     /// Verified API keys are cached this long (0: never); any change to
     /// keys, organizations or plans empties the cache at once.
     pub key_cache_seconds: u64,
+    /// Open `GET /jobs/{id}/events` streams an organization may hold on one
+    /// API process; past it a new one is a 429.
+    #[serde(default = "default_event_streams_per_org")]
+    pub max_event_streams_per_org: usize,
+    /// Seconds between a job event stream's keep-alive comments; the
+    /// stream's key is checked again at each (revoked or expired: it ends).
+    #[serde(default = "default_event_keep_alive_seconds")]
+    pub event_keep_alive_seconds: u64,
+    /// Requests per minute one key may make, on top of the plan's rate for
+    /// the whole organization; 0 (the default): no per-key limit.
+    #[serde(default)]
+    pub key_rate_limit_per_minute: u32,
+}
+
+fn default_event_streams_per_org() -> usize {
+    100
+}
+
+fn default_event_keep_alive_seconds() -> u64 {
+    15
 }
 
 /// `[storage]`: `backend` (`local` or `s3`), `dir` (local), `url_secret`,

@@ -1,7 +1,9 @@
 //! The rules for creating an API key, shared by `POST /keys` and the
 //! dashboard's API keys page: a name of 1 to 100 characters, known scopes
-//! (`all` or `*` for every scope), an optional expiry in the future, and no
-//! scope beyond what the one granting it holds.
+//! (`all` or `*` for every scope), an optional expiry in the future and no
+//! later than the granting key's own (a key made by an expiring key
+//! expires with it at the latest), and no scope beyond what the one
+//! granting it holds.
 
 use chrono::{DateTime, NaiveDate, Utc};
 
@@ -17,6 +19,9 @@ pub struct KeyRequest<'a> {
     pub name: Option<&'a str>,
     pub scopes: Option<&'a [String]>,
     pub expires_at: Option<&'a str>,
+    /// The granting key's own expiry (`POST /keys`); `None` when it never
+    /// expires or the granter is not a key (a dashboard member).
+    pub granter_expires_at: Option<DateTime<Utc>>,
 }
 
 /// A validated creation request.
@@ -43,12 +48,38 @@ impl KeyRequest<'_> {
             .expires_at
             .map(|raw| parse_expiry(raw, now))
             .transpose()?;
+        let expires_at = within_granter(expires_at, self.granter_expires_at)?;
         Ok(ValidKey {
             name,
             scopes,
             expires_at,
         })
     }
+}
+
+/// A key never outlives the key that grants it: without an expiry of its
+/// own it takes the granter's; one past the granter's is refused.
+fn within_granter(
+    expires_at: Option<DateTime<Utc>>,
+    granter: Option<DateTime<Utc>>,
+) -> Result<Option<DateTime<Utc>>, ValidationError> {
+    match (expires_at, granter) {
+        (None, granter) => Ok(granter),
+        (Some(at), Some(limit)) if at > limit => Err(ValidationError::new(
+            "expires_at",
+            format!(
+                "expires_at must not be later than the creating key's own expiry, {}",
+                limit.to_rfc3339()
+            ),
+        )),
+        (Some(at), _) => Ok(Some(at)),
+    }
+}
+
+/// The refusal past the plan's cap on an organization's active keys
+/// (`plans.max_api_keys`), from `POST /keys` and the dashboard alike.
+pub fn limit_message(plan: &str, max: i32) -> String {
+    format!("API key limit reached: the {plan} plan allows {max} active keys; revoke one first")
 }
 
 /// No key grants more than its creator holds: the first of `scopes` that
@@ -149,6 +180,7 @@ mod tests {
             name: Some(name),
             scopes: Some(&scopes),
             expires_at,
+            granter_expires_at: None,
         }
         .validate(Utc::now())
     }
@@ -188,6 +220,52 @@ mod tests {
             "expires_at"
         );
         assert_eq!(field_of(KeyRequest::default().validate(Utc::now())), "name");
+    }
+
+    #[test]
+    fn no_key_outlives_the_key_that_grants_it() {
+        let now = Utc::now();
+        let granter = now + chrono::Duration::days(7);
+        let scopes = vec!["image".to_owned()];
+        let request = |expires_at| KeyRequest {
+            name: Some("child"),
+            scopes: Some(&scopes),
+            expires_at,
+            granter_expires_at: Some(granter),
+        };
+        // No expiry asked: the granter's.
+        assert_eq!(
+            request(None).validate(now).unwrap().expires_at,
+            Some(granter)
+        );
+        // Sooner: kept.
+        let sooner = (now + chrono::Duration::days(1)).to_rfc3339();
+        let kept = request(Some(&sooner)).validate(now).unwrap().expires_at;
+        assert!(kept.is_some_and(|at| at < granter));
+        // Later: refused, naming the granter's expiry.
+        let err = request(Some("2999-01-01")).validate(now).unwrap_err();
+        assert_eq!(err.field, "expires_at");
+        assert!(
+            err.message.contains("creating key's own expiry"),
+            "{}",
+            err.message
+        );
+        // A granter that never expires sets no limit.
+        let free = KeyRequest {
+            granter_expires_at: None,
+            ..request(Some("2999-01-01"))
+        };
+        assert!(free.validate(now).unwrap().expires_at.is_some());
+        assert_eq!(
+            KeyRequest {
+                expires_at: None,
+                ..free
+            }
+            .validate(now)
+            .unwrap()
+            .expires_at,
+            None
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use unigen_core::domain::key_rules::{self, KeyRequest};
 use unigen_core::domain::{ApiKeyMaterial, Scope};
 use unigen_db::models::NewApiKey;
-use unigen_db::queries::keys::{KeyPageQuery, KeySort};
+use unigen_db::queries::keys::{KeyInsert, KeyPageQuery, KeySort};
 use unigen_db::{DbError, queries};
 use uuid::Uuid;
 
@@ -257,6 +257,8 @@ async fn create_key(
         name: Some(name),
         scopes: Some(&requested),
         expires_at: Some(expires).filter(|e| !e.is_empty()),
+        // A member is not a key: no expiry of its own bounds the key's.
+        granter_expires_at: None,
     };
     let key = match request.validate(Utc::now()) {
         Ok(key) => key,
@@ -287,7 +289,7 @@ async fn create_key(
     let material = ApiKeyMaterial::generate().map_err(DashError::internal)?;
     let inserted = async {
         let mut conn = state.pool.get().await.map_err(DbError::from)?;
-        queries::keys::insert(
+        queries::keys::insert_within_plan(
             &mut conn,
             &NewApiKey {
                 id: Uuid::now_v7(),
@@ -297,15 +299,25 @@ async fn create_key(
                 key_prefix: &material.display_prefix,
                 scopes: key.scope_names(),
                 expires_at: key.expires_at,
+                created_by_key: None,
+                created_by_member: Some(signed_in.member.id),
             },
         )
         .await
     }
     .await;
     let created = match inserted {
-        Ok(created) => {
+        Ok(KeyInsert::Created(created)) => {
             once.done(&state, &signed_in).await?;
             created
+        }
+        Ok(KeyInsert::LimitReached { plan, max }) => {
+            // The same cap and words as `POST /keys`.
+            once.release(&state, &signed_in).await?;
+            return refuse(
+                StatusCode::PAYMENT_REQUIRED,
+                key_rules::limit_message(&plan, max),
+            );
         }
         Err(err) => {
             once.release(&state, &signed_in).await?;
@@ -363,7 +375,7 @@ async fn revoke_key(
     if !queries::keys::revoke_for_org(&mut conn, signed_in.org_id(), id, Utc::now()).await? {
         return Err(DashError::NotFound);
     }
-    (state.keys_changed)();
+    (state.keys_changed)(id);
     tracing::info!(key.id = %id, member.id = %signed_in.member.id, "key revoked from the dashboard");
     Ok(see_other(&state.url("/keys")))
 }

@@ -17,6 +17,57 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewApiKey<'_>) -> Result
         .await?)
 }
 
+/// What [`insert_within_plan`] did.
+pub enum KeyInsert {
+    Created(Box<ApiKey>),
+    /// The organization has as many active keys as its plan allows.
+    LimitReached {
+        plan: String,
+        max: i32,
+    },
+}
+
+/// Inserts a key unless the organization already has its plan's
+/// `max_api_keys` active keys (not revoked, not expired): `POST /keys` and
+/// the dashboard. The organization's row is locked, so concurrent creations
+/// cannot both take the last place.
+pub async fn insert_within_plan(
+    conn: &mut AsyncPgConnection,
+    new: &NewApiKey<'_>,
+) -> Result<KeyInsert, DbError> {
+    use diesel_async::AsyncConnection;
+    #[derive(QueryableByName)]
+    struct Limit {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        name: String,
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        max_api_keys: i32,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        active: i64,
+    }
+    conn.transaction::<_, DbError, _>(async |conn| {
+        let limit: Limit = diesel::sql_query(
+            "SELECT p.name, p.max_api_keys, \
+                    (SELECT count(*) FROM api_keys k \
+                      WHERE k.org_id = o.id AND k.revoked_at IS NULL \
+                        AND (k.expires_at IS NULL OR k.expires_at > now())) AS active \
+               FROM organizations o JOIN plans p ON p.code = o.plan_code \
+              WHERE o.id = $1 FOR UPDATE OF o",
+        )
+        .bind::<diesel::sql_types::Uuid, _>(new.org_id)
+        .get_result(conn)
+        .await?;
+        if limit.active >= i64::from(limit.max_api_keys) {
+            return Ok(KeyInsert::LimitReached {
+                plan: limit.name,
+                max: limit.max_api_keys,
+            });
+        }
+        Ok(KeyInsert::Created(Box::new(insert(conn, new).await?)))
+    })
+    .await
+}
+
 /// The key with this hash and its organization, whatever its state: the
 /// caller decides between revoked, expired and valid.
 pub async fn find_for_auth(

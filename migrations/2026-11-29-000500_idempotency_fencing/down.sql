@@ -1,0 +1,2 @@
+ALTER TABLE idempotency_keys DROP COLUMN job_id;
+ALTER TABLE idempotency_keys DROP COLUMN claim_id;
