@@ -244,10 +244,12 @@ impl<'de> serde::de::Visitor<'de> for CanonicalJson<'_> {
     }
 }
 
-/// Every `POST` of `/api/v1` but the legacy interface, whose errors are
-/// envelopes of their own and whose clients predate the header.
+/// Every `POST` of `/api/v1` but those whose errors have another shape:
+/// the legacy interface (envelopes; its clients predate the header) and
+/// Anthropic's Messages API (Anthropic's error body; its API has no such
+/// header, as at the root `/v1`).
 pub fn applies_to(path: &str) -> bool {
-    !path.starts_with("/api/v1/ai-image/")
+    !path.starts_with("/api/v1/ai-image/") && !path.starts_with("/api/v1/messages")
 }
 
 /// The middleware: every `POST` of `/api/v1` with an `Idempotency-Key`.
@@ -639,6 +641,15 @@ mod tests {
 
     fn key(raw: &str) -> Result<String, String> {
         parse_key(&HeaderValue::from_str(raw).unwrap()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn posts_whose_errors_have_another_shape_take_no_key() {
+        assert!(applies_to("/api/v1/chat/completions"));
+        assert!(applies_to("/api/v1/responses"));
+        assert!(!applies_to("/api/v1/ai-image/generate"));
+        assert!(!applies_to("/api/v1/messages"));
+        assert!(!applies_to("/api/v1/messages/count_tokens"));
     }
 
     #[test]
