@@ -1,8 +1,9 @@
 //! A TCP proxy the fault tests put between the stack and PostgreSQL or
 //! RabbitMQ. `cut()` drops every open connection and refuses new ones (each
 //! is accepted and closed at once, as a dead network path or a restarting
-//! server looks to a client) until `restore()`. The machine's shared
-//! services are never touched.
+//! server looks to a client) until `restore()`. `stall()` keeps every
+//! connection open but forwards nothing more, as a broker that stopped
+//! answering looks. The machine's shared services are never touched.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,6 +24,8 @@ struct Inner {
     up: AtomicBool,
     /// Bumped by every cut: open connections end when it changes.
     cuts: watch::Sender<u64>,
+    /// Bumped by every stall: the connections open then go silent.
+    stalls: watch::Sender<u64>,
     accepted: AtomicU64,
     refused: AtomicU64,
 }
@@ -39,6 +42,7 @@ impl FaultProxy {
             target,
             up: AtomicBool::new(true),
             cuts: watch::channel(0).0,
+            stalls: watch::channel(0).0,
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         });
@@ -70,6 +74,14 @@ impl FaultProxy {
 
     pub fn restore(&self) {
         self.inner.up.store(true, Ordering::SeqCst);
+    }
+
+    /// Open connections stay open but carry nothing more (in either
+    /// direction) until a [`cut`]; new ones are forwarded as usual.
+    ///
+    /// [`cut`]: FaultProxy::cut
+    pub fn stall(&self) {
+        self.inner.stalls.send_modify(|n| *n += 1);
     }
 
     /// Connections forwarded so far, and connections refused while cut.
@@ -120,6 +132,7 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
         }
         inner.accepted.fetch_add(1, Ordering::Relaxed);
         let mut cuts = inner.cuts.subscribe();
+        let mut stalls = inner.stalls.subscribe();
         let target = inner.target;
         tokio::spawn(async move {
             let Ok(mut upstream) = TcpStream::connect(target).await else {
@@ -132,6 +145,10 @@ async fn accept_loop(listener: TcpListener, inner: Arc<Inner>) {
                 _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
                 // Both sockets drop here: the client sees its connection die.
                 _ = cuts.changed() => {}
+                // Both sockets held open, silent, until a cut.
+                _ = stalls.changed() => {
+                    let _ = cuts.changed().await;
+                }
             }
         });
     }

@@ -657,3 +657,56 @@ async fn a_scheduler_killed_during_webhook_delivery_leaves_every_event_delivered
         ],
     );
 }
+
+/// A broker that stops answering while its connection stays open: every
+/// publish gives up within its timeout, and a later one goes through on a
+/// new connection. The old connection's close, which such a broker never
+/// answers, once held the publisher's lock: every publish after it hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_stops_answering_fails_publishes_within_their_timeout_then_recovers() {
+    use unigen_jobs::queue::{JobMessage, Publisher, Topology};
+    let broker = FaultProxy::rabbitmq().await;
+    let app =
+        TestApp::spawn_with(TestOptions::default().without_worker().without_scheduler()).await;
+    let timeout = Duration::from_secs(1);
+    let publisher = Publisher::new(
+        &broker.url_via(&app.settings.rabbitmq.url),
+        "stall-test",
+        Topology::new(&app.settings.rabbitmq),
+        timeout,
+    );
+    let message = || JobMessage {
+        job_id: Uuid::now_v7(),
+        tool: "image".into(),
+        attempt: 1,
+    };
+    publisher
+        .publish(&message())
+        .await
+        .expect("a first publish");
+
+    broker.stall();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let result = tokio::time::timeout(Duration::from_secs(10), publisher.publish(&message()))
+            .await
+            .expect("a publish to a silent broker returns");
+        assert!(result.is_err(), "nothing was confirmed");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // New connections are forwarded: publishing works again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), publisher.publish(&message())).await {
+            Ok(Ok(())) => break,
+            Ok(Err(_)) | Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => panic!("no publish went through after the stall: {other:?}"),
+        }
+    }
+}

@@ -255,9 +255,18 @@ impl Publisher {
         }
     }
 
+    /// Drops the connection for the next publish to open a new one. The
+    /// close is sent in the background, bounded: a broker that stopped
+    /// answering (its connection still open) never answers it, and the state
+    /// lock held across it made every later publish wait forever.
     async fn reset(&self) {
-        if let Some((connection, _)) = self.state.lock().await.take() {
-            let _ = connection.close(200, "reconnecting".into()).await;
+        let taken = self.state.lock().await.take();
+        if let Some((connection, _)) = taken {
+            let timeout = self.timeout;
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(timeout, connection.close(200, "reconnecting".into()))
+                    .await;
+            });
         }
     }
 }
