@@ -54,6 +54,8 @@ pub(crate) struct WorkerContext {
     pub finisher: finish::Finisher,
     /// Outputs reused by models on the `fixture` adapter (benchmarks only).
     pub fixtures: tools::fixture::Fixtures,
+    /// `[voices]`: raw voice ids allowed, cloned voices per organization.
+    pub voices: unigen_core::config::VoiceSettings,
 }
 
 /// What a worker consumes: job queues of public tools and, when `knowledge`
@@ -150,6 +152,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         claimer,
         finisher,
         fixtures: tools::fixture::Fixtures::new(&settings),
+        voices: settings.voices.clone(),
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
     // Bound to a name: the endpoint stops when `run` ends or is dropped.

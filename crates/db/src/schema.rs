@@ -441,3 +441,15 @@ diesel::table! {
 
 diesel::joinable!(responses -> organizations (org_id));
 diesel::allow_tables_to_appear_in_same_query!(responses, organizations);
+
+// Voices cloned upstream per organization (migration voice_clones).
+diesel::table! {
+    voice_clones (org_id, model_id, sample_sha256) {
+        org_id -> Uuid,
+        model_id -> Text,
+        sample_sha256 -> Bytea,
+        voice_id -> Text,
+        created_at -> Timestamptz,
+        last_used_at -> Timestamptz,
+    }
+}

@@ -10,6 +10,17 @@
 //!   the text and its tokens (words, spacing, audio events) with their
 //!   timing and speaker; our segments are built from the words.
 //!
+//! Clones: one per (tenant, model, sample), recorded through the call's
+//! [`crate::vendor::CloneStore`] (Postgres in the worker) so they outlive a
+//! process; a lock per clone key (not one for all) is held while one is
+//! looked up, made and recorded. At the tenant's cap
+//! (`voices.max_clones_per_org`) the least recently used are deleted
+//! upstream first; clones idle past `voices.clone_idle_seconds` are deleted
+//! after any speech request; without a store a clone is deleted right after
+//! its request. A raw voice id passes only when it is one of the model's
+//! `voices` or in `voices.allowed_voice_ids`: a clone's id must never let
+//! another tenant speak with it.
+//!
 //! Voice ids go into the URL as one percent-encoded path segment and only
 //! `[A-Za-z0-9_-]{1,64}` is accepted, both from callers and from ElevenLabs.
 //! Failures are classified as for every HTTP adapter ([`crate::http`]):
@@ -18,7 +29,7 @@
 //! key in it blanked out); bodies and keys never reach an error.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
 use sha2::{Digest, Sha256};
@@ -41,6 +52,8 @@ const MAX_MESSAGE_CHARS: usize = 200;
 const MAX_VOICE_ID_CHARS: usize = 64;
 /// A silence longer than this between two words starts a new segment.
 const SEGMENT_PAUSE_SECONDS: f64 = 1.0;
+/// Idle clones deleted upstream per speech request, at most.
+const IDLE_SWEEP_BATCH: u32 = 8;
 /// Keys shorter than this are not searched for in error messages (they
 /// would blank out ordinary words; real ElevenLabs keys are much longer).
 const MIN_REDACTED_KEY_CHARS: usize = 8;
@@ -51,9 +64,10 @@ pub struct ElevenLabsClient {
     upstream: Upstream,
     /// The configured keys, only to blank them out of upstream messages.
     keys: Arc<[String]>,
-    /// Voices cloned through this client, by (tenant, catalogue model,
-    /// SHA-256 of the sample): a sample is cloned once per process.
-    cloned: Arc<tokio::sync::Mutex<HashMap<CloneKey, String>>>,
+    /// One lock per clone key, held while that clone is looked up, made and
+    /// recorded: two requests with one sample make one voice, and requests
+    /// with other samples are not held up. Unused locks drop out.
+    clone_locks: Arc<std::sync::Mutex<HashMap<CloneKey, Weak<tokio::sync::Mutex<()>>>>>,
 }
 
 /// Tenant, catalogue model, SHA-256 of the sample.
@@ -187,58 +201,156 @@ impl ElevenLabsClient {
         Self {
             upstream: Upstream::new(settings, Auth::Header("xi-api-key"), &[]),
             keys: settings.keys().into(),
-            cloned: Arc::default(),
+            clone_locks: Arc::default(),
         }
     }
 
-    /// The voice cloned from `sample` for `tenant`, created on first use.
+    /// The lock of one clone key (made on first use, dropped with its
+    /// last holder).
+    fn clone_lock(&self, key: CloneKey) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .clone_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(lock) = locks.get(&key).and_then(Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(key, Arc::downgrade(&lock));
+        lock
+    }
+
+    /// The voice cloned from `sample` for the call's tenant and model, and
+    /// whether it is to be deleted right after this request. It is
+    /// recorded in the call's [`CloneStore`] and reused from there; at the
+    /// tenant's cap the least recently used clones are deleted first.
+    /// Without a store (or with a cap of 0) the clone lives for this
+    /// request only.
     async fn cloned_voice(
         &self,
-        tenant: &str,
-        model: &str,
+        call: &SpeechCall<'_>,
         sample: &[u8],
         extension: &str,
-    ) -> Result<String, ProviderError> {
+    ) -> Result<(String, bool), ProviderError> {
+        let (tenant, model) = (call.tenant, call.model.id.as_str());
         let digest: [u8; 32] = Sha256::digest(sample).into();
-        let key = (tenant.to_owned(), model.to_owned(), digest);
-        // Held while cloning: two requests with one sample create one voice.
-        let mut cloned = self.cloned.lock().await;
-        if let Some(id) = cloned.get(&key) {
-            return Ok(id.clone());
-        }
         let name = format!("unigen-{tenant}-{}", &hex::encode(digest)[..12]);
-        let id = self
-            .add_voice(&name, sample.to_vec(), &format!("sample.{extension}"))
-            .await?;
-        cloned.insert(key, id.clone());
-        Ok(id)
+        let filename = format!("sample.{extension}");
+        let cap = call.voices.max_clones_per_org;
+        let Some(store) = call.clones.filter(|_| cap > 0) else {
+            let id = self.add_voice(&name, sample.to_vec(), &filename).await?;
+            return Ok((id, true));
+        };
+        let lock = self.clone_lock((tenant.to_owned(), model.to_owned(), digest));
+        let _held = lock.lock().await;
+        if let Some(id) = store.touch(tenant, model, &digest).await? {
+            return Ok((id, false));
+        }
+        // Room for this one: the least recently used past the cap go first.
+        self.delete_all(store.take_least_recent(tenant, cap - 1).await?)
+            .await;
+        let id = self.add_voice(&name, sample.to_vec(), &filename).await?;
+        match store.record(tenant, model, &digest, &id).await {
+            Ok(Some(standing)) if standing == id => {
+                // Another process may have made one meanwhile: the cap holds.
+                self.delete_all(store.take_least_recent(tenant, cap).await?)
+                    .await;
+                Ok((id, false))
+            }
+            Ok(Some(standing)) => {
+                // Another process recorded a clone of this sample first.
+                self.delete_all(vec![id]).await;
+                Ok((standing, false))
+            }
+            Ok(None) => Ok((id, true)),
+            Err(err) => {
+                self.delete_all(vec![id]).await;
+                Err(err)
+            }
+        }
     }
 
-    /// A speech request: the model's `voices` name the voice (others are
-    /// sent as voice ids), or a clone of the reference sample; formats
-    /// ElevenLabs does not produce are made from its 24 kHz PCM.
+    /// Deletes voices upstream; a failure is logged (the voice leaks).
+    async fn delete_all(&self, voice_ids: Vec<String>) {
+        for voice_id in voice_ids {
+            if let Err(err) = self.delete_voice(&voice_id).await {
+                tracing::warn!(%voice_id, error = %err, "a cloned voice could not be deleted upstream");
+            }
+        }
+    }
+
+    /// The voice a request names: a name in the model's `voices` (mapped),
+    /// one of the ids they map to, or an id the operator allows
+    /// (`voices.allowed_voice_ids`). Any other id is refused: it could be
+    /// another tenant's clone.
+    fn named_voice(call: &SpeechCall<'_>) -> Result<String, ProviderError> {
+        let voices = &call.model.voices;
+        if let Some(id) = voices.get(call.voice) {
+            return Ok(id.clone());
+        }
+        let allowed = voices.values().any(|id| id == call.voice)
+            || call
+                .voices
+                .allowed_voice_ids
+                .iter()
+                .any(|id| id == call.voice);
+        if allowed {
+            return Ok(call.voice.to_owned());
+        }
+        let mut names: Vec<&str> = voices.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        Err(ProviderError::Permanent(format!(
+            "voice `{}` is not available on this model; its voices: {}",
+            call.voice.chars().take(64).collect::<String>(),
+            if names.is_empty() {
+                "none (give a reference sample)".to_owned()
+            } else {
+                names.join(", ")
+            }
+        )))
+    }
+
+    /// A speech request: the model's `voices` name the voice (or an
+    /// allowed raw id), or a clone of the reference sample; formats
+    /// ElevenLabs does not produce are made from its 24 kHz PCM. Clones
+    /// idle too long are deleted after it.
     async fn speak_call(&self, call: &SpeechCall<'_>) -> Result<Vec<u8>, ProviderError> {
+        let (voice_id, delete_after) = match call.reference {
+            Some((sample, extension)) => self.cloned_voice(call, sample, extension).await?,
+            None => (Self::named_voice(call)?, false),
+        };
+        let spoken = self.speak_as(call, &voice_id).await;
+        if delete_after {
+            self.delete_all(vec![voice_id]).await;
+        }
+        if let Some(store) = call.clones {
+            match store
+                .take_idle(call.voices.clone_idle_seconds, IDLE_SWEEP_BATCH)
+                .await
+            {
+                Ok(idle) => self.delete_all(idle).await,
+                Err(err) => tracing::warn!(error = %err, "idle cloned voices not swept"),
+            }
+        }
+        spoken
+    }
+
+    /// Speaks the call's text as `voice_id`, in the call's format.
+    async fn speak_as(
+        &self,
+        call: &SpeechCall<'_>,
+        voice_id: &str,
+    ) -> Result<Vec<u8>, ProviderError> {
         let model_id = call
             .model
             .upstream_model
             .as_deref()
             .unwrap_or(&call.model.id);
-        let voice_id = match call.reference {
-            Some((sample, extension)) => {
-                self.cloned_voice(call.tenant, &call.model.id, sample, extension)
-                    .await?
-            }
-            None => call
-                .model
-                .voices
-                .get(call.voice)
-                .cloned()
-                .unwrap_or_else(|| call.voice.to_owned()),
-        };
         let native = output_format(call.response_format);
         let bytes = self
             .speech(&SpeechRequest {
-                voice_id: &voice_id,
+                voice_id,
                 model_id,
                 text: call.text,
                 output_format: native.unwrap_or("pcm_24000"),

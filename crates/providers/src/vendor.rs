@@ -7,7 +7,7 @@
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use unigen_core::ProviderError;
-use unigen_core::config::ModelEntry;
+use unigen_core::config::{ModelEntry, VoiceSettings};
 use unigen_core::domain::ModelCategory;
 use unigen_core::params::transcription::Transcript;
 
@@ -92,6 +92,48 @@ pub struct SpeechCall<'a> {
     pub response_format: &'a str,
     /// A sample to speak like (voice cloning) and its file extension.
     pub reference: Option<(&'a [u8], &'a str)>,
+    /// The raw voice ids allowed and the cloned voices' cap and idle time.
+    pub voices: &'a VoiceSettings,
+    /// Where cloned voices are recorded (Postgres, in the worker). Without
+    /// one, a clone is deleted right after the request that made it.
+    pub clones: Option<&'a dyn CloneStore>,
+}
+
+/// Cloned voices of a vendor that keeps them (ElevenLabs), recorded per
+/// (tenant, catalogue model, SHA-256 of the sample). The `take_*` calls
+/// remove the records they answer: the caller deletes those voices upstream.
+pub trait CloneStore: Send + Sync {
+    /// The recorded clone, its last use set to now.
+    fn touch<'a>(
+        &'a self,
+        tenant: &'a str,
+        model: &'a str,
+        sample_sha256: &'a [u8; 32],
+    ) -> BoxFuture<'a, Result<Option<String>, ProviderError>>;
+
+    /// Records a clone just made; the voice that stands (another process's
+    /// if it recorded one first), `None` when ours could not be recorded.
+    fn record<'a>(
+        &'a self,
+        tenant: &'a str,
+        model: &'a str,
+        sample_sha256: &'a [u8; 32],
+        voice_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, ProviderError>>;
+
+    /// Takes out the tenant's clones beyond its `keep` most recently used.
+    fn take_least_recent<'a>(
+        &'a self,
+        tenant: &'a str,
+        keep: u32,
+    ) -> BoxFuture<'a, Result<Vec<String>, ProviderError>>;
+
+    /// Takes out at most `limit` clones (any tenant) unused for `idle_seconds`.
+    fn take_idle(
+        &self,
+        idle_seconds: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<String>, ProviderError>>;
 }
 
 /// Text to speech: the audio in `response_format`.

@@ -275,3 +275,275 @@ async fn transcription_on_elevenlabs_has_segments_words_and_speakers() {
     );
     assert_eq!(server.received_requests().await.unwrap().len(), 1);
 }
+
+/// ElevenLabs keeping its voices as the real one does: `POST /v1/voices/add`
+/// answers a new `voice_id` per clone, `DELETE /v1/voices/{voice_id}`
+/// answers `{"status": "ok"}` (404 `voice_not_found` for a voice it does not
+/// have), and text to speech with a voice it does not have is a 404.
+#[derive(Clone, Default)]
+struct Voices {
+    live: std::sync::Arc<std::sync::Mutex<(u32, std::collections::BTreeSet<String>)>>,
+}
+
+fn voice_not_found(voice_id: &str) -> ResponseTemplate {
+    ResponseTemplate::new(404).set_body_json(json!({"detail": {"status": "voice_not_found",
+        "message": format!("A voice with voice_id {voice_id} was not found.")}}))
+}
+
+struct AddVoice(Voices);
+impl Respond for AddVoice {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let form = String::from_utf8_lossy(&request.body);
+        if !form.contains("name=\"name\"") || !form.contains("name=\"files\"") {
+            return ResponseTemplate::new(422)
+                .set_body_json(json!({"detail": [{"msg": "name and files are required"}]}));
+        }
+        let mut live = self.0.live.lock().unwrap();
+        live.0 += 1;
+        let id = format!("clonedVoice{:02}", live.0);
+        live.1.insert(id.clone());
+        ResponseTemplate::new(200)
+            .set_body_json(json!({"voice_id": id, "requires_verification": false}))
+    }
+}
+
+struct DeleteVoice(Voices);
+impl Respond for DeleteVoice {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let id = request.url.path().rsplit('/').next().unwrap_or_default();
+        if self.0.live.lock().unwrap().1.remove(id) {
+            ResponseTemplate::new(200).set_body_json(json!({"status": "ok"}))
+        } else {
+            voice_not_found(id)
+        }
+    }
+}
+
+struct LiveSpeech(Voices, FakeSpeech);
+impl Respond for LiveSpeech {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let id = request.url.path().rsplit('/').next().unwrap_or_default();
+        let premade = ["voiceNova01", "premadeVoice9"].contains(&id);
+        if premade || self.0.live.lock().unwrap().1.contains(id) {
+            self.1.respond(request)
+        } else {
+            voice_not_found(id)
+        }
+    }
+}
+
+async fn elevenlabs_with_voices() -> (MockServer, Voices) {
+    let server = MockServer::start().await;
+    let voices = Voices::default();
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/v1/text-to-speech/[A-Za-z0-9_-]+$"))
+        .and(header("xi-api-key", KEY))
+        .respond_with(LiveSpeech(voices.clone(), FakeSpeech { mp3: tone_mp3() }))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/voices/add"))
+        .and(header("xi-api-key", KEY))
+        .respond_with(AddVoice(voices.clone()))
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(path_regex(r"^/v1/voices/[A-Za-z0-9_-]+$"))
+        .and(header("xi-api-key", KEY))
+        .respond_with(DeleteVoice(voices.clone()))
+        .mount(&server)
+        .await;
+    (server, voices)
+}
+
+fn live_voices(voices: &Voices) -> Vec<String> {
+    voices.live.lock().unwrap().1.iter().cloned().collect()
+}
+
+fn sample_of(seconds: f64) -> String {
+    format!(
+        "data:audio/wav;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(tone_wav(seconds))
+    )
+}
+
+async fn speak_as(app: &TestApp, key: &str, body: Value) -> (u16, Value) {
+    json_of(app.post_json("/api/v1/audio/speech", key, &body).await).await
+}
+
+fn clone_request(sample: &str) -> Value {
+    json!({"model": "elevenlabs/tts", "input": "Cloned", "reference_audio": sample,
+        "reference_text": "a tone"})
+}
+
+fn paths(requests: &[Request], verb: &str, at: &str) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.method.as_str() == verb && r.url.path().starts_with(at))
+        .map(|r| r.url.path().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elevenlabs_clones_are_recorded_and_reused_by_a_restarted_worker() {
+    let (server, voices) = elevenlabs_with_voices().await;
+    let url = server.uri();
+    let mut app =
+        TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+            s.upstreams.insert(
+                "eleven".into(),
+                UpstreamSettings {
+                    base_url: url,
+                    api_key: KEY.into(),
+                    timeout_seconds: 10,
+                    ..Default::default()
+                },
+            );
+            s.models.push(model(
+                "elevenlabs/tts",
+                "text_to_speech",
+                "eleven_multilingual_v2",
+            ));
+        }))
+        .await;
+    let sample = sample_of(1.0);
+    let first = app.spawn_worker(|_| {});
+    let (status, answer) = speak_as(&app, &app.key, clone_request(&sample)).await;
+    assert_eq!(status, 200, "{answer}");
+    // The worker restarts: a new process, nothing in memory.
+    first.cancel();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let _second = app.spawn_worker(|_| {});
+    let (status, answer) = speak_as(&app, &app.key, clone_request(&sample)).await;
+    assert_eq!(status, 200, "{answer}");
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(
+        paths(&requests, "POST", "/v1/voices/add").len(),
+        1,
+        "the clone outlives the worker that made it"
+    );
+    assert_eq!(live_voices(&voices), ["clonedVoice01"]);
+    assert_eq!(
+        paths(&requests, "POST", "/v1/text-to-speech/"),
+        [
+            "/v1/text-to-speech/clonedVoice01",
+            "/v1/text-to-speech/clonedVoice01"
+        ]
+    );
+    let recorded = app
+        .db
+        .scalar_i64(&format!(
+            "SELECT count(*) FROM voice_clones WHERE org_id = '{}' AND voice_id = 'clonedVoice01'",
+            app.org_id
+        ))
+        .await;
+    assert_eq!(recorded, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elevenlabs_clones_are_capped_per_org_least_recent_and_idle_ones_deleted_upstream() {
+    let (server, voices) = elevenlabs_with_voices().await;
+    let url = server.uri();
+    let app = TestApp::spawn_with(TestOptions::default().configure(move |s| {
+        s.upstreams.insert(
+            "eleven".into(),
+            UpstreamSettings {
+                base_url: url,
+                api_key: KEY.into(),
+                timeout_seconds: 10,
+                ..Default::default()
+            },
+        );
+        s.models.push(model(
+            "elevenlabs/tts",
+            "text_to_speech",
+            "eleven_multilingual_v2",
+        ));
+        s.voices.max_clones_per_org = 2;
+    }))
+    .await;
+    let (one, two, three) = (sample_of(1.0), sample_of(1.5), sample_of(2.0));
+    for sample in [&one, &two, &one, &three] {
+        let (status, answer) = speak_as(&app, &app.key, clone_request(sample)).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    // `two` was the least recently used when `three` needed room.
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(paths(&requests, "POST", "/v1/voices/add").len(), 3);
+    assert_eq!(
+        paths(&requests, "DELETE", "/v1/voices/"),
+        ["/v1/voices/clonedVoice02"]
+    );
+    assert_eq!(live_voices(&voices), ["clonedVoice01", "clonedVoice03"]);
+    let kept = format!(
+        "SELECT count(*) FROM voice_clones WHERE org_id = '{}'",
+        app.org_id
+    );
+    assert_eq!(app.db.scalar_i64(&kept).await, 2);
+
+    // A clone idle longer than `clone_idle_seconds` is deleted by the next
+    // speech request, whatever voice it uses.
+    app.sql(
+        "UPDATE voice_clones SET last_used_at = now() - interval '2 days' \
+         WHERE voice_id = 'clonedVoice01'",
+    )
+    .await;
+    let (status, answer) = speak_as(
+        &app,
+        &app.key,
+        json!({"model": "elevenlabs/tts", "input": "Plain", "voice": "nova"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(live_voices(&voices), ["clonedVoice03"]);
+    assert_eq!(app.db.scalar_i64(&kept).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elevenlabs_raw_voice_ids_pass_only_from_the_operator_allowlist() {
+    let (server, _voices) = elevenlabs_with_voices().await;
+    let url = server.uri();
+    let app = TestApp::spawn_with(TestOptions::default().configure(move |s| {
+        s.upstreams.insert(
+            "eleven".into(),
+            UpstreamSettings {
+                base_url: url,
+                api_key: KEY.into(),
+                timeout_seconds: 10,
+                ..Default::default()
+            },
+        );
+        s.models.push(model(
+            "elevenlabs/tts",
+            "text_to_speech",
+            "eleven_multilingual_v2",
+        ));
+        s.voices.allowed_voice_ids = vec!["premadeVoice9".into()];
+    }))
+    .await;
+    // The first organization clones a voice.
+    let (status, answer) = speak_as(&app, &app.key, clone_request(&sample_of(1.0))).await;
+    assert_eq!(status, 200, "{answer}");
+    // Another organization names that clone's id: refused, nothing sent.
+    let other = app.create_org("Other org", "pro").await;
+    let other_key = app.create_key(other, &["all"], None).await;
+    let speak =
+        |voice: &str| json!({"model": "elevenlabs/tts", "input": "Whose voice", "voice": voice});
+    let (status, answer) = speak_as(&app, &other_key, speak("clonedVoice01")).await;
+    assert_ne!(status, 200, "another tenant's clone was used: {answer}");
+    // The catalogue's names and ids, and the operator's allowlist, pass.
+    for voice in ["nova", "voiceNova01", "premadeVoice9"] {
+        let (status, answer) = speak_as(&app, &other_key, speak(voice)).await;
+        assert_eq!(status, 200, "{voice}: {answer}");
+    }
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(
+        paths(&requests, "POST", "/v1/text-to-speech/"),
+        [
+            "/v1/text-to-speech/clonedVoice01",
+            "/v1/text-to-speech/voiceNova01",
+            "/v1/text-to-speech/voiceNova01",
+            "/v1/text-to-speech/premadeVoice9"
+        ]
+    );
+}

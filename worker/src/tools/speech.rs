@@ -1,12 +1,16 @@
 //! Text to speech: the model's upstream (any adapter serving speech), or
 //! espeak-ng (the built-in `local` model).
 
+use futures_util::future::BoxFuture;
 use serde_json::json;
+use unigen_core::ProviderError;
 use unigen_core::audio;
 use unigen_core::audio::AudioFormat;
 use unigen_core::params::speech::SpeechParams;
 use unigen_db::models::Job;
-use unigen_providers::vendor::SpeechCall;
+use unigen_db::queries::voice_clones;
+use unigen_db::{DbError, PgPool};
+use unigen_providers::vendor::{CloneStore, SpeechCall};
 use unigen_render::speech;
 use unigen_render::speech::SpeechSpec;
 
@@ -44,6 +48,8 @@ pub async fn run(
                 reference: reference
                     .as_deref()
                     .map(|sample| (sample, extension.as_str())),
+                voices: &context.voices,
+                clones: Some(&PgClones(&context.pool)),
             })
             .await?;
         let duration = audio::duration_in(&bytes, format).await?;
@@ -68,6 +74,92 @@ pub async fn run(
         speech.duration_seconds,
     )
     .await
+}
+
+/// Cloned voices recorded in Postgres (`voice_clones`), so that they
+/// outlive this worker and are deleted upstream when evicted.
+struct PgClones<'a>(&'a PgPool);
+
+impl PgClones<'_> {
+    async fn conn(&self) -> Result<unigen_db::PooledConnection, ProviderError> {
+        self.0
+            .get()
+            .await
+            .map_err(|err| unavailable(&DbError::from(err)))
+    }
+}
+
+fn unavailable(err: &DbError) -> ProviderError {
+    ProviderError::Transient(format!("cloned voices: {err}"))
+}
+
+fn org_of(tenant: &str) -> Result<uuid::Uuid, ProviderError> {
+    tenant
+        .parse()
+        .map_err(|_| ProviderError::Permanent("the organization id is not valid".into()))
+}
+
+impl CloneStore for PgClones<'_> {
+    fn touch<'a>(
+        &'a self,
+        tenant: &'a str,
+        model: &'a str,
+        sample_sha256: &'a [u8; 32],
+    ) -> BoxFuture<'a, Result<Option<String>, ProviderError>> {
+        Box::pin(async move {
+            let org = org_of(tenant)?;
+            voice_clones::touch(&mut *self.conn().await?, org, model, sample_sha256)
+                .await
+                .map_err(|err| unavailable(&err))
+        })
+    }
+
+    fn record<'a>(
+        &'a self,
+        tenant: &'a str,
+        model: &'a str,
+        sample_sha256: &'a [u8; 32],
+        voice_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, ProviderError>> {
+        Box::pin(async move {
+            let org = org_of(tenant)?;
+            voice_clones::record(
+                &mut *self.conn().await?,
+                org,
+                model,
+                sample_sha256,
+                voice_id,
+            )
+            .await
+            .map_err(|err| unavailable(&err))
+        })
+    }
+
+    fn take_least_recent<'a>(
+        &'a self,
+        tenant: &'a str,
+        keep: u32,
+    ) -> BoxFuture<'a, Result<Vec<String>, ProviderError>> {
+        Box::pin(async move {
+            let org = org_of(tenant)?;
+            voice_clones::take_least_recent(&mut *self.conn().await?, org, i64::from(keep))
+                .await
+                .map_err(|err| unavailable(&err))
+        })
+    }
+
+    fn take_idle(
+        &self,
+        idle_seconds: u64,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
+        Box::pin(async move {
+            let idle = i64::try_from(idle_seconds).unwrap_or(i64::MAX);
+            voice_clones::take_idle(&mut *self.conn().await?, idle, i64::from(limit))
+                .await
+                .map_err(|err| unavailable(&err))
+        })
+    }
 }
 
 /// The reference sample's file extension, when it is a plain one (it only

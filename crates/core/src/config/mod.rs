@@ -10,11 +10,13 @@ use crate::domain::{ModelCategory, ModelTier};
 mod dashboard;
 mod search;
 mod telemetry;
+mod voices;
 mod webhooks;
 
 pub use dashboard::DashboardSettings;
 pub use search::SearchSettings;
 pub use telemetry::TelemetrySettings;
+pub use voices::VoiceSettings;
 pub use webhooks::WebhookSettings;
 
 /// Channel of the `unigen_auth_changed` trigger (migration
@@ -76,6 +78,9 @@ pub struct Settings {
     /// `[telemetry]`: OpenTelemetry traces (`unigen_core::telemetry`).
     #[serde(default)]
     pub telemetry: TelemetrySettings,
+    /// `[voices]`: raw voice ids allowed, cloned voices per organization.
+    #[serde(default)]
+    pub voices: VoiceSettings,
     pub local_provider: LocalProviderSettings,
     /// `[metering]`: how API processes hold concurrency slots and credits.
     pub metering: MeteringSettings,

@@ -13,4 +13,5 @@ pub mod members;
 pub mod orgs;
 pub mod responses;
 pub mod usage;
+pub mod voice_clones;
 pub mod webhooks;

@@ -4,6 +4,7 @@ use wiremock::matchers::{body_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 use super::*;
+use unigen_core::config::VoiceSettings;
 
 const KEY: &str = "el-test-key-0123456789";
 
@@ -641,4 +642,262 @@ async fn a_persistent_5xx_on_speech_is_transient_after_the_retries() {
         server.received_requests().await.unwrap().len(),
         1 + crate::http::MAX_RETRIES
     );
+}
+
+/// Tenant, model, sample digest, voice id.
+type CloneRow = (String, String, [u8; 32], String);
+
+/// Clones kept in memory, as the worker keeps them in Postgres.
+#[derive(Default)]
+struct MemoryClones {
+    rows: std::sync::Mutex<Vec<CloneRow>>,
+}
+
+impl crate::vendor::CloneStore for MemoryClones {
+    fn touch<'a>(
+        &'a self,
+        tenant: &'a str,
+        model: &'a str,
+        sample_sha256: &'a [u8; 32],
+    ) -> BoxFuture<'a, Result<Option<String>, ProviderError>> {
+        let mut rows = self.rows.lock().unwrap();
+        let found = rows
+            .iter()
+            .position(|r| r.0 == tenant && r.1 == model && &r.2 == sample_sha256);
+        // Most recently used last.
+        let voice = found.map(|at| {
+            let row = rows.remove(at);
+            let voice = row.3.clone();
+            rows.push(row);
+            voice
+        });
+        Box::pin(async move { Ok(voice) })
+    }
+
+    fn record<'a>(
+        &'a self,
+        tenant: &'a str,
+        model: &'a str,
+        sample_sha256: &'a [u8; 32],
+        voice_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, ProviderError>> {
+        self.rows.lock().unwrap().push((
+            tenant.to_owned(),
+            model.to_owned(),
+            *sample_sha256,
+            voice_id.to_owned(),
+        ));
+        Box::pin(async move { Ok(Some(voice_id.to_owned())) })
+    }
+
+    fn take_least_recent<'a>(
+        &'a self,
+        tenant: &'a str,
+        keep: u32,
+    ) -> BoxFuture<'a, Result<Vec<String>, ProviderError>> {
+        let mut rows = self.rows.lock().unwrap();
+        let mine = rows.iter().filter(|r| r.0 == tenant).count();
+        let mut excess = mine.saturating_sub(keep as usize);
+        let mut taken = Vec::new();
+        rows.retain(|r| {
+            if excess > 0 && r.0 == tenant {
+                excess -= 1;
+                taken.push(r.3.clone());
+                false
+            } else {
+                true
+            }
+        });
+        Box::pin(async move { Ok(taken) })
+    }
+
+    fn take_idle(
+        &self,
+        _idle_seconds: u64,
+        _limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<String>, ProviderError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+fn speech_model() -> unigen_core::config::ModelEntry {
+    serde_json::from_value(json!({
+        "id": "elevenlabs/tts", "category": "audio", "tier": "standard", "adapter": "elevenlabs",
+        "owned_by": "elevenlabs", "upstream": "eleven", "upstream_model": "eleven_multilingual_v2",
+        "capabilities": ["text_to_speech"], "credits_per_unit": 2, "voices": {"nova": "voiceNova01"}
+    }))
+    .unwrap()
+}
+
+/// ElevenLabs with a slow `POST /v1/voices/add` answering a new id each time,
+/// `DELETE /v1/voices/{id}` and text to speech in MP3.
+async fn cloning_upstream() -> MockServer {
+    slow_cloning_upstream_for(b"", Duration::ZERO).await
+}
+
+/// Clones of a sample containing `slow_sample` (every one when it is empty)
+/// take `delay` to answer.
+async fn slow_cloning_upstream_for(slow_sample: &'static [u8], delay: Duration) -> MockServer {
+    let server = MockServer::start().await;
+    let next = std::sync::atomic::AtomicU32::new(0);
+    Mock::given(method("POST"))
+        .and(path("/v1/voices/add"))
+        .respond_with(move |request: &Request| {
+            let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            let slow = slow_sample.is_empty()
+                || request
+                    .body
+                    .windows(slow_sample.len())
+                    .any(|w| w == slow_sample);
+            ResponseTemplate::new(200)
+                .set_body_json(
+                    json!({"voice_id": format!("clone{n}"), "requires_verification": false}),
+                )
+                .set_delay(if slow { delay } else { Duration::ZERO })
+        })
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(wiremock::matchers::path_regex(
+            r"^/v1/voices/[A-Za-z0-9_-]+$",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "ok"})))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(wiremock::matchers::path_regex(
+            r"^/v1/text-to-speech/[A-Za-z0-9_-]+$",
+        ))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(vec![1, 2, 3], "audio/mpeg"))
+        .mount(&server)
+        .await;
+    server
+}
+
+fn clone_call<'a>(
+    model: &'a unigen_core::config::ModelEntry,
+    settings: &'a unigen_core::config::VoiceSettings,
+    clones: Option<&'a dyn crate::vendor::CloneStore>,
+    sample: &'a [u8],
+) -> SpeechCall<'a> {
+    SpeechCall {
+        model,
+        tenant: "org-a",
+        text: "hello",
+        voice: "nova",
+        speed: 1.0,
+        response_format: "mp3",
+        reference: Some((sample, "wav")),
+        voices: settings,
+        clones,
+    }
+}
+
+fn paths_of(requests: &[Request], verb: &str) -> Vec<String> {
+    requests
+        .iter()
+        .filter(|r| r.method.as_str() == verb && r.url.path().starts_with("/v1/voices"))
+        .map(|r| r.url.path().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn elevenlabs_clones_of_different_samples_are_made_at_once_and_one_sample_once() {
+    // Cloning sample a takes the upstream 1.5 s; sample b's clone starts
+    // 200 ms later. Behind one global lock held across the upstream call, b
+    // would end after a; with a lock per clone key it ends first.
+    let server = slow_cloning_upstream_for(b"sample a", Duration::from_millis(1500)).await;
+    let client = client(&server);
+    let (model, settings, store) = (
+        speech_model(),
+        VoiceSettings::default(),
+        MemoryClones::default(),
+    );
+    let (a, b) = (b"sample a".to_vec(), b"sample b".to_vec());
+    let (call_a, call_b) = (
+        clone_call(&model, &settings, Some(&store), &a),
+        clone_call(&model, &settings, Some(&store), &b),
+    );
+    let order = std::sync::Mutex::new(Vec::new());
+    let slow = async {
+        client.speak(&call_a).await.unwrap();
+        order.lock().unwrap().push("a");
+    };
+    let fast = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client.speak(&call_b).await.unwrap();
+        order.lock().unwrap().push("b");
+    };
+    futures_util::future::join(slow, fast).await;
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["b", "a"],
+        "sample b's clone waited for sample a's"
+    );
+    // The same sample again: its clone is reused, not made again.
+    client.speak(&call_a).await.unwrap();
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(paths_of(&requests, "POST").len(), 2, "one clone per sample");
+}
+
+#[tokio::test]
+async fn elevenlabs_clones_past_the_cap_evict_the_least_recent_and_unkept_ones_are_deleted() {
+    let server = cloning_upstream().await;
+    let client = client(&server);
+    let model = speech_model();
+    let settings = VoiceSettings {
+        max_clones_per_org: 2,
+        ..VoiceSettings::default()
+    };
+    let store = MemoryClones::default();
+    for sample in [&b"one"[..], b"two", b"one", b"three"] {
+        client
+            .speak(&clone_call(&model, &settings, Some(&store), sample))
+            .await
+            .unwrap();
+    }
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(paths_of(&requests, "POST").len(), 3);
+    // `two` (clone2) was the least recently used when `three` came.
+    assert_eq!(paths_of(&requests, "DELETE"), ["/v1/voices/clone2"]);
+    // Nowhere to keep a clone: it is deleted right after its request.
+    client
+        .speak(&clone_call(&model, &settings, None, b"four"))
+        .await
+        .unwrap();
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(
+        paths_of(&requests, "DELETE"),
+        ["/v1/voices/clone2", "/v1/voices/clone4"]
+    );
+}
+
+#[tokio::test]
+async fn elevenlabs_raw_voice_ids_pass_only_from_the_catalogue_or_the_allowlist() {
+    let server = cloning_upstream().await;
+    let client = client(&server);
+    let model = speech_model();
+    let settings = VoiceSettings {
+        allowed_voice_ids: vec!["premadeVoice9".into()],
+        ..VoiceSettings::default()
+    };
+    let call = |voice: &'static str| SpeechCall {
+        reference: None,
+        voice,
+        ..clone_call(&model, &settings, None, b"")
+    };
+    for voice in ["nova", "voiceNova01", "premadeVoice9"] {
+        client.speak(&call(voice)).await.unwrap();
+    }
+    let err = client.speak(&call("someonesClone1")).await.unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Permanent(m) if m.contains("not available")),
+        "{err:?}"
+    );
+    let requests = server.received_requests().await.unwrap();
+    let voices: Vec<&str> = requests
+        .iter()
+        .map(|r| r.url.path().rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(voices, ["voiceNova01", "voiceNova01", "premadeVoice9"]);
 }
