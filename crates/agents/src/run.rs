@@ -24,11 +24,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
+use tracing::{Instrument, Span};
 use uuid::Uuid;
 
 use super::tools::{ToolBox, ToolScope, reserve_estimate, tool_specs};
 use super::{AgentLimits, PlanRefusal};
 use unigen_core::config::{AgentSettings, ModelEntry};
+use unigen_core::telemetry::{self, semconv, spans};
 use unigen_core::{ProviderError, ValidationError};
 use unigen_db::billing::{Bucket, Charge, Estimate, Refusal, chat_credits};
 use unigen_db::models::{Agent, AgentRun, AgentRunStep, NewAgentRun};
@@ -362,6 +364,19 @@ pub async fn start(
         session_id: request.session_id.clone(),
     });
     let max_iterations = agent.max_iterations.min(limits.max_iterations).max(1);
+    // `invoke_agent {name}`, under the request's span: the parent of the
+    // run's model calls and tool calls (none with tracing off).
+    let span = if telemetry::enabled() {
+        spans::invoke_agent(
+            &agent.name,
+            &agent.id.to_string(),
+            &run_id.to_string(),
+            semconv::provider::for_adapter(&model.adapter),
+            model.upstream_model.as_deref().unwrap_or(&model.id),
+        )
+    } else {
+        Span::none()
+    };
     let runner = Runner {
         env: env.clone(),
         run,
@@ -376,11 +391,15 @@ pub async fn start(
         tool_credits: 0,
         tools_used: Vec::new(),
         started: Instant::now(),
+        span: span.clone(),
     };
-    env.running.spawn(async move {
-        let _guard = guard;
-        runner.run(request).await;
-    });
+    env.running.spawn(
+        async move {
+            let _guard = guard;
+            runner.run(request).await;
+        }
+        .instrument(span),
+    );
     Ok((run_id, receiver))
 }
 
@@ -408,6 +427,8 @@ struct Runner {
     tool_credits: i64,
     tools_used: Vec<String>,
     started: Instant,
+    /// The run's `invoke_agent` span.
+    span: Span,
 }
 
 impl Runner {
@@ -415,11 +436,19 @@ impl Runner {
     async fn run(mut self, request: RunInput) {
         let limit = Duration::from_secs(self.env.settings.max_run_seconds);
         let outcome = match tokio::time::timeout(limit, self.converse(&request)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Stop(format!(
-                "the run exceeded its maximum run time of {} s",
-                limit.as_secs()
-            ))),
+            Ok(outcome) => {
+                if outcome.is_err() {
+                    spans::fail(&self.span, semconv::error_type::OTHER);
+                }
+                outcome
+            }
+            Err(_) => {
+                spans::fail(&self.span, semconv::error_type::TIMEOUT);
+                Err(Stop(format!(
+                    "the run exceeded its maximum run time of {} s",
+                    limit.as_secs()
+                )))
+            }
         };
         match outcome {
             Ok(answer) => self.finish(Ok(answer)).await,
@@ -702,6 +731,13 @@ impl Runner {
     /// Ends the run, its charge and its event in one transaction, retried
     /// through a database outage; then the stream's last event.
     async fn finish(self, result: Result<String, String>) {
+        spans::gen_ai_response(
+            &self.span,
+            None,
+            None,
+            Some(i64::from(self.prompt_tokens)),
+            Some(i64::from(self.completion_tokens)),
+        );
         let completed = result.is_ok();
         let charge = self.charge(completed);
         let duration_ms = self.started.elapsed().as_millis() as i64;

@@ -37,6 +37,8 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use serde_json::{Value, json};
+use tracing::{Instrument, Span};
+use unigen_core::telemetry::{self, semconv, spans};
 
 pub use kit::{ToolDeps, ToolScope};
 pub use specs::tool_specs;
@@ -74,14 +76,35 @@ impl ToolBox {
     #[tracing::instrument(skip_all, fields(tool = %call.name, run.id = %scope.run_id, step = scope.step_number))]
     pub async fn execute(&self, scope: &ToolScope<'_>, call: &ToolCall) -> ToolOutcome {
         let started = Instant::now();
+        // `execute_tool {tool}` (none with tracing off); its arguments and
+        // result only with the content opt-in.
+        let span = if telemetry::enabled() {
+            spans::execute_tool(&call.name, &call.id)
+        } else {
+            Span::none()
+        };
         let result = AssertUnwindSafe(self.dispatch(scope, call))
             .catch_unwind()
+            .instrument(span.clone())
             .await
             .unwrap_or_else(|_| {
                 tracing::error!("the tool panicked");
                 Err(Failure::new("the tool failed unexpectedly"))
             });
         let duration_ms = started.elapsed().as_millis() as u64;
+        if !span.is_disabled() {
+            if let Err(Failure(_)) = &result {
+                spans::fail(&span, semconv::error_type::OTHER);
+            }
+            if telemetry::record_content() {
+                let output = match &result {
+                    Ok(done) => done.output.to_string(),
+                    Err(Failure(message)) => json!({ "error": message }).to_string(),
+                };
+                let arguments = call.arguments.to_string();
+                spans::execute_tool_content(&span, Some(&arguments), Some(&output));
+            }
+        }
         match result {
             Ok(done) => {
                 tracing::info!(duration_ms, "tool call succeeded");

@@ -6,8 +6,12 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
+use tracing::{Instrument, Span};
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
+use unigen_core::telemetry::semconv::operation::CHAT;
+use unigen_core::telemetry::semconv::output_type::TEXT;
+use unigen_core::telemetry::{self, spans};
 use unigen_core::{ProviderError, ValidationError};
 
 use crate::chat::{
@@ -138,12 +142,19 @@ impl ChatService {
         prompt_tokens: u32,
     ) -> Result<Answer, ChatError> {
         if !Self::streams_upstream(model) {
-            self.local
+            // The in-process test model: one GenAI span, no network call.
+            let span = fallback::gen_ai_span(model, CHAT, TEXT, params.stream, None);
+            if let Err(err) = self
+                .local
                 .simulate_conditions()
+                .instrument(span.clone())
                 .await
-                .map_err(|e| ChatError::Upstream(e.to_string()))?;
+            {
+                spans::fail(&span, spans::provider_error_type(&err));
+                return Err(ChatError::Upstream(err.to_string()));
+            }
             let reply = answer(params);
-            return Ok(Answer {
+            let answer = Answer {
                 choices: reply
                     .choices
                     .iter()
@@ -160,13 +171,47 @@ impl ChatService {
                     .into_iter()
                     .map(|c| (c.deltas, c.finish_reason.to_owned()))
                     .collect(),
-            });
+            };
+            if !span.is_disabled() {
+                spans::gen_ai_response(
+                    &span,
+                    Some(model.upstream_model.as_deref().unwrap_or(&model.id)),
+                    None,
+                    Some(i64::from(answer.prompt_tokens)),
+                    Some(i64::from(answer.completion_tokens)),
+                );
+                if telemetry::record_content() {
+                    let input: Value = params
+                        .messages
+                        .iter()
+                        .map(|m| m.to_upstream(false))
+                        .collect();
+                    record_content(&span, &input, Some(&Value::Array(answer.choices.clone())));
+                }
+            }
+            return Ok(answer);
         }
         let body = upstream_body(params, model, false);
-        let mut upstream = fallback::in_order(model, self.providers.chat(model), |client| {
-            let body = &body;
-            async move { client.chat(body).await }
-        })
+        let traced = fallback::Traced {
+            operation: CHAT,
+            output_type: TEXT,
+            stream: false,
+            providers: &self.providers,
+        };
+        let mut upstream = fallback::in_order_traced(
+            model,
+            self.providers.chat(model),
+            &traced,
+            |client| {
+                let body = &body;
+                async move { client.chat(body).await }
+            },
+            |attempt, answer| {
+                fallback::record_completion(&attempt.span, &answer);
+                record_content(&attempt.span, &body["messages"], Some(&answer["choices"]));
+                answer
+            },
+        )
         .await
         .map_err(upstream_error)?;
         let Some(Value::Array(choices)) =
@@ -208,10 +253,25 @@ impl ChatService {
         params: &ChatParams,
     ) -> Result<ChunkStream, ChatError> {
         let body = upstream_body(params, model, true);
-        fallback::in_order(model, self.providers.chat(model), |client| {
-            let body = &body;
-            async move { client.chat_stream(body).await }
-        })
+        let traced = fallback::Traced {
+            operation: CHAT,
+            output_type: TEXT,
+            stream: true,
+            providers: &self.providers,
+        };
+        fallback::in_order_traced(
+            model,
+            self.providers.chat(model),
+            &traced,
+            |client| {
+                let body = &body;
+                async move { client.chat_stream(body).await }
+            },
+            |attempt, stream| {
+                record_content(&attempt.span, &body["messages"], None);
+                fallback::traced_stream(attempt, stream)
+            },
+        )
         .await
         .map_err(upstream_error)
     }
@@ -296,6 +356,16 @@ fn check_content_parts(
         }
     }
     Ok(())
+}
+
+/// The messages sent and the choices answered, on a GenAI span: only with
+/// `telemetry.record_content` (nothing is even serialized without it).
+fn record_content(span: &Span, input: &Value, output: Option<&Value>) {
+    if span.is_disabled() || !telemetry::record_content() {
+        return;
+    }
+    let output = output.map(Value::to_string);
+    spans::gen_ai_content(span, Some(&input.to_string()), output.as_deref());
 }
 
 fn no_upstream(last: Option<ProviderError>) -> ProviderError {

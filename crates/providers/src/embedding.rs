@@ -2,8 +2,11 @@
 //! with fallbacks, or the built-in feature-hashing test model).
 
 use serde_json::json;
+use tracing::Instrument;
 use unigen_core::ProviderError;
 use unigen_core::config::ModelEntry;
+use unigen_core::telemetry::semconv::operation::EMBEDDINGS;
+use unigen_core::telemetry::spans;
 
 use crate::chat::EmbeddingParams;
 use crate::fallback;
@@ -34,7 +37,25 @@ impl EmbeddingService {
         params: &EmbeddingParams,
     ) -> Result<Embedded, ProviderError> {
         if model.adapter == "local" {
-            self.local.simulate_conditions().await?;
+            // The in-process test model: one GenAI span, no network call.
+            let span = fallback::gen_ai_span(model, EMBEDDINGS, "", false, None);
+            if let Err(err) = self
+                .local
+                .simulate_conditions()
+                .instrument(span.clone())
+                .await
+            {
+                spans::fail(&span, spans::provider_error_type(&err));
+                return Err(err);
+            }
+            let tokens = i64::from(params.inputs.token_count());
+            spans::gen_ai_response(
+                &span,
+                Some(model.upstream_model.as_deref().unwrap_or(&model.id)),
+                None,
+                Some(tokens),
+                None,
+            );
             let dimensions = params.dimensions.unwrap_or(DEFAULT_EMBEDDING_DIMENSIONS);
             return Ok(Embedded {
                 vectors: params
@@ -62,10 +83,28 @@ impl EmbeddingService {
         if let Some(user) = &params.user {
             body["user"] = json!(user);
         }
-        let answer = fallback::in_order(model, self.providers.embeddings(model), |client| {
-            let body = body.clone();
-            async move { client.embed(body, params.inputs.len()).await }
-        })
+        let traced = fallback::Traced {
+            operation: EMBEDDINGS,
+            output_type: "",
+            stream: false,
+            providers: &self.providers,
+        };
+        let answer = fallback::in_order_traced(
+            model,
+            self.providers.embeddings(model),
+            &traced,
+            |client| {
+                let body = body.clone();
+                async move { client.embed(body, params.inputs.len()).await }
+            },
+            |attempt, answer| {
+                let tokens = answer
+                    .prompt_tokens
+                    .unwrap_or_else(|| params.inputs.token_count());
+                spans::gen_ai_response(&attempt.span, None, None, Some(i64::from(tokens)), None);
+                answer
+            },
+        )
         .await
         .map_err(|last| {
             last.unwrap_or_else(|| {

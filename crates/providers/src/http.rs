@@ -15,6 +15,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 
 use unigen_core::ProviderError;
+use unigen_core::telemetry::spans;
 
 /// Retries after the first try.
 pub const MAX_RETRIES: usize = 3;
@@ -54,6 +55,12 @@ where
         // `None` from `planned` means no retries left: keep it `None`, or
         // an upstream that always sends Retry-After is retried forever.
         .adjust(|failed: &Attempt, planned| planned.map(|p| failed.retry_after.unwrap_or(p)))
+        // A retry is an event of the attempt's GenAI span (none with tracing off).
+        .notify(|failed: &Attempt, wait: Duration| {
+            let kind = spans::provider_error_type(&failed.error);
+            let wait_ms = wait.as_millis() as i64;
+            tracing::info!(target: spans::TARGET, reason = kind, wait_ms, "retry");
+        })
         .await
         .map_err(|failed| failed.error)
 }

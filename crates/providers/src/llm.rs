@@ -18,6 +18,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
+use tracing::Instrument;
+use unigen_core::telemetry::spans;
 
 use crate::chat::{count_prompt_tokens, count_tokens};
 
@@ -65,8 +67,32 @@ impl ChatModels {
         }
         match model.adapter.as_str() {
             "local" => {
-                self.local.simulate_conditions().await?;
-                Ok(chat::directive_turn(request.messages, request.max_tokens))
+                // The in-process test model: one GenAI span, no network call.
+                let span = fallback::gen_ai_span(
+                    model,
+                    unigen_core::telemetry::semconv::operation::CHAT,
+                    unigen_core::telemetry::semconv::output_type::TEXT,
+                    false,
+                    None,
+                );
+                let simulated = self
+                    .local
+                    .simulate_conditions()
+                    .instrument(span.clone())
+                    .await;
+                if let Err(err) = &simulated {
+                    spans::fail(&span, spans::provider_error_type(err));
+                }
+                simulated?;
+                let turn = chat::directive_turn(request.messages, request.max_tokens);
+                spans::gen_ai_response(
+                    &span,
+                    Some(model.upstream_model.as_deref().unwrap_or(&model.id)),
+                    None,
+                    Some(i64::from(turn.prompt_tokens)),
+                    Some(i64::from(turn.completion_tokens)),
+                );
+                Ok(turn)
             }
             _ if Providers::serves_remotely(model, Capability::Chat) => {
                 self.complete_upstream(request).await
@@ -83,10 +109,30 @@ impl ChatModels {
     async fn complete_upstream(&self, request: &TurnRequest<'_>) -> Result<Turn, ProviderError> {
         let model = request.model;
         let body = upstream_body(request);
-        fallback::in_order(model, self.providers.chat(model), |client| {
-            let body = &body;
-            async move { parse_turn(&client.chat(body).await?, request) }
-        })
+        let traced = fallback::Traced {
+            operation: unigen_core::telemetry::semconv::operation::CHAT,
+            output_type: unigen_core::telemetry::semconv::output_type::TEXT,
+            stream: false,
+            providers: &self.providers,
+        };
+        // The answer's id, model and usage are recorded before it is parsed.
+        fallback::in_order_traced(
+            model,
+            self.providers.chat(model),
+            &traced,
+            |client| {
+                let body = &body;
+                async move {
+                    let answer = client.chat(body).await?;
+                    if unigen_core::telemetry::enabled() {
+                        // The attempt's span, which this future runs in.
+                        fallback::record_completion(&tracing::Span::current(), &answer);
+                    }
+                    parse_turn(&answer, request)
+                }
+            },
+            |_, turn| turn,
+        )
         .await
         .map_err(|last| {
             last.unwrap_or_else(|| {

@@ -297,6 +297,14 @@ impl Providers {
             .collect()
     }
 
+    /// The host of upstream `name`'s base URL (`server.address` of its
+    /// GenAI spans).
+    pub fn server_address(&self, name: &str) -> Option<String> {
+        let settings = self.upstreams.get(name)?;
+        let url = url::Url::parse(&settings.base_url).ok()?;
+        url.host_str().map(str::to_owned)
+    }
+
     pub fn chat(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn ChatUpstream>)> {
         self.in_order(model, |c| c.chat.clone())
     }

@@ -456,3 +456,329 @@ async fn an_otlp_receiver_gets_one_trace_from_the_api_request_to_the_worker_s_pr
         .expect("the scheduler's webhook attempt");
     assert!(webhook.links.contains(&trace), "linked to the job's trace");
 }
+
+/// No content attribute on any span, nor `text` in any value.
+fn assert_no_content(spans: &[SpanData], text: &str) {
+    for span in spans {
+        for kv in &span.attributes {
+            let key = kv.key.as_str();
+            assert!(
+                !key.starts_with("gen_ai.input")
+                    && !key.starts_with("gen_ai.output.messages")
+                    && !key.starts_with("gen_ai.tool.call.arguments")
+                    && !key.starts_with("gen_ai.tool.call.result"),
+                "content attribute {key} on {} without the opt-in",
+                span.name
+            );
+            assert!(
+                !kv.value.as_str().contains(text),
+                "content on {}: {key}",
+                span.name
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_chat_is_a_server_span_with_a_gen_ai_client_span_per_upstream_attempt() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let (exporter, _telemetry) = traced(TelemetrySettings::default());
+    // The model's upstream is down (retried, then given up on); its
+    // fallback streams.
+    let dead = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).insert_header("retry-after", "0"))
+        .mount(&dead)
+        .await;
+    let live = MockServer::start().await;
+    let chunk = |extra: serde_json::Value| {
+        let mut chunk = json!({"id": "chatcmpl-up", "object": "chat.completion.chunk",
+            "created": 1, "model": "gpt-upstream-0125"});
+        chunk
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        format!("data: {chunk}\n\n")
+    };
+    let mut sse = String::new();
+    sse += &chunk(
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Sunny"}, "finish_reason": null}]}),
+    );
+    sse += &chunk(
+        json!({"choices": [{"index": 0, "delta": {"content": " skies."}, "finish_reason": "stop"}]}),
+    );
+    sse += &chunk(
+        json!({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29}}),
+    );
+    sse += "data: [DONE]\n\n";
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .insert_header("content-type", "text/event-stream")
+                .set_body_string(sse),
+        )
+        .mount(&live)
+        .await;
+    let (dead_url, live_url) = (dead.uri(), live.uri());
+    let app = TestApp::spawn_with(
+        unigen_tests::TestOptions::default()
+            .without_worker()
+            .configure(move |s| {
+                s.upstreams
+                    .insert("dead".into(), unigen_tests::fake_upstream(&dead_url));
+                s.upstreams
+                    .insert("live".into(), unigen_tests::fake_upstream(&live_url));
+                s.models.push(unigen_tests::fake_chat_model(
+                    "acme/gpt",
+                    "dead",
+                    vec!["live".into()],
+                ));
+            }),
+    )
+    .await;
+
+    let response = app
+        .post_json(
+            "/api/v1/chat/completions",
+            &app.key,
+            &json!({"model": "acme/gpt", "stream": true,
+                    "messages": [{"role": "user", "content": "Weather in Paris?"}]}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let traceparent = response.headers()["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body = response.text().await.unwrap();
+    assert!(
+        body.contains("Sunny") && body.ends_with("data: [DONE]\n\n"),
+        "{body}"
+    );
+
+    // The streaming attempt's span ends with the stream.
+    let spans = eventually("both attempts' spans", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        (spans
+            .iter()
+            .filter(|s| s.span_kind == SpanKind::Client)
+            .count()
+            >= 2
+            && spans.iter().any(|s| s.span_kind == SpanKind::Server))
+        .then_some(spans)
+    })
+    .await;
+    let server = one(&spans, "SERVER", |s| {
+        s.span_kind == SpanKind::Server && s.name == "POST /api/v1/chat/completions"
+    });
+    assert_eq!(server.span_context.trace_id(), trace_id_of(&traceparent));
+    let mut attempts: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.span_kind == SpanKind::Client)
+        .collect();
+    assert_eq!(attempts.len(), 2, "one CLIENT span per upstream attempt");
+    attempts.sort_by_key(|s| s.start_time);
+    let (failed, served) = (attempts[0], attempts[1]);
+    for attempt in [failed, served] {
+        assert_eq!(attempt.name, "chat gpt-upstream");
+        assert!(
+            descends_from(&spans, attempt, server),
+            "under the SERVER span"
+        );
+        assert_eq!(required(attempt, "gen_ai.operation.name"), "chat");
+        assert_eq!(required(attempt, "gen_ai.provider.name"), "openai");
+        assert_eq!(required(attempt, "gen_ai.request.model"), "gpt-upstream");
+        assert_eq!(required(attempt, "gen_ai.request.stream"), "true");
+        assert_eq!(required(attempt, "gen_ai.output.type"), "text");
+        assert_eq!(required(attempt, "server.address"), "127.0.0.1");
+    }
+    // The failed attempt, its retries as events, then the fallback that answered.
+    assert_eq!(required(failed, "error.type"), "transient");
+    assert_eq!(
+        failed
+            .events
+            .iter()
+            .filter(|event| event.name == "retry")
+            .count(),
+        3,
+        "each retry is an event of the attempt's span"
+    );
+    assert!(failed.end_time <= served.start_time);
+    assert!(attr(served, "error.type").is_none());
+    assert_eq!(
+        required(served, "gen_ai.response.model"),
+        "gpt-upstream-0125"
+    );
+    assert_eq!(required(served, "gen_ai.response.id"), "chatcmpl-up");
+    assert_eq!(required(served, "gen_ai.usage.input_tokens"), "20");
+    assert_eq!(required(served, "gen_ai.usage.output_tokens"), "9");
+    let first_chunk: f64 = required(served, "unigen.gen_ai.time_to_first_chunk")
+        .parse()
+        .expect("seconds");
+    let lasted = served
+        .end_time
+        .duration_since(served.start_time)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        (0.0..=lasted).contains(&first_chunk),
+        "first chunk after {first_chunk} s of {lasted} s"
+    );
+    assert!(
+        served
+            .events
+            .iter()
+            .any(|event| event.name == "gen_ai.first_chunk"),
+        "the first chunk is an event too"
+    );
+    assert!(attr(failed, "unigen.gen_ai.time_to_first_chunk").is_none());
+
+    // No prompt or completion without the opt-in, and never the key.
+    assert_no_content(&spans, "Weather in Paris");
+    assert_no_content(&spans, "Sunny");
+    assert_no_content(&spans, &app.key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_run_is_an_invoke_agent_span_with_an_execute_tool_span_per_tool_call() {
+    let (exporter, _telemetry) = traced(TelemetrySettings::default());
+    let app = TestApp::spawn_with(unigen_tests::TestOptions::default().without_worker()).await;
+    let (status, created) = json_of(
+        app.post_json(
+            "/api/v1/agents",
+            &app.key,
+            &json!({"name": "Charter", "system_prompt": "Draw what is asked.", "tools": ["generate_chart"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agent"]["id"].as_str().unwrap().to_owned();
+    let chart = json!({"kind": "line", "labels": ["Jan", "Feb"],
+                       "series": [{"name": "lighthouses", "values": [1, 2]}]});
+    let response = app
+        .post_json(
+            &format!("/api/v1/agents/{agent}/run"),
+            &app.key,
+            &json!({"input": format!("Draw the lighthouses\n@tool generate_chart {chart}")}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("\"done\""), "the run completed: {body}");
+
+    let spans = eventually("the invoke_agent span", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .iter()
+            .any(|s| s.name == "invoke_agent Charter")
+            .then_some(spans)
+    })
+    .await;
+    let server = one(&spans, "SERVER", |s| {
+        s.span_kind == SpanKind::Server && s.name.starts_with("POST /api/v1/agents/")
+    });
+    let invoke = one(&spans, "invoke_agent", |s| s.name == "invoke_agent Charter");
+    assert_eq!(
+        invoke.span_kind,
+        SpanKind::Internal,
+        "the agent runs in-process"
+    );
+    assert!(
+        descends_from(&spans, invoke, server),
+        "under the request's span"
+    );
+    assert_eq!(required(invoke, "gen_ai.operation.name"), "invoke_agent");
+    assert_eq!(required(invoke, "gen_ai.agent.name"), "Charter");
+    assert_eq!(required(invoke, "gen_ai.agent.id"), agent);
+    assert_eq!(required(invoke, "gen_ai.provider.name"), "unigen.local");
+    required(invoke, "gen_ai.request.model");
+    required(invoke, "unigen.agent_run.id");
+    assert!(
+        required(invoke, "gen_ai.usage.input_tokens")
+            .parse::<i64>()
+            .unwrap()
+            > 0
+    );
+    assert!(attr(invoke, "error.type").is_none());
+
+    // One execute_tool span per tool call, inside the run.
+    let tool = one(&spans, "execute_tool", |s| {
+        s.name.starts_with("execute_tool ")
+    });
+    assert_eq!(tool.name, "execute_tool generate_chart");
+    assert!(descends_from(&spans, tool, invoke));
+    assert_eq!(required(tool, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(required(tool, "gen_ai.tool.name"), "generate_chart");
+    assert_eq!(required(tool, "gen_ai.tool.type"), "function");
+    assert!(!required(tool, "gen_ai.tool.call.id").is_empty());
+    assert!(attr(tool, "error.type").is_none());
+
+    // The model's turns: a chat CLIENT span each, before and after the tool.
+    let mut turns: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| s.span_kind == SpanKind::Client && s.name.starts_with("chat "))
+        .collect();
+    turns.sort_by_key(|s| s.start_time);
+    assert_eq!(turns.len(), 2, "the tool call's turn and the answer's");
+    for turn in &turns {
+        assert!(descends_from(&spans, turn, invoke));
+        assert_eq!(required(turn, "gen_ai.operation.name"), "chat");
+        assert_eq!(required(turn, "gen_ai.provider.name"), "unigen.local");
+    }
+    assert!(turns[0].end_time <= tool.start_time && tool.end_time <= turns[1].start_time);
+
+    // Neither the input, nor the tool's arguments and result, without the opt-in.
+    assert_no_content(&spans, "lighthouses");
+    assert_no_content(&spans, &app.key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_s_arguments_and_result_are_recorded_only_with_the_content_opt_in() {
+    let (exporter, _telemetry) = traced(TelemetrySettings {
+        record_content: true,
+        ..TelemetrySettings::default()
+    });
+    let app = TestApp::spawn_with(unigen_tests::TestOptions::default().without_worker()).await;
+    let (status, created) = json_of(
+        app.post_json(
+            "/api/v1/agents",
+            &app.key,
+            &json!({"name": "Charter", "system_prompt": "x", "tools": ["generate_chart"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agent"]["id"].as_str().unwrap().to_owned();
+    let chart = json!({"kind": "line", "labels": ["a", "b"],
+                       "series": [{"name": "lighthouses", "values": [1, 2]}]});
+    let response = app
+        .post_json(
+            &format!("/api/v1/agents/{agent}/run"),
+            &app.key,
+            &json!({"input": format!("Draw\n@tool generate_chart {chart}")}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap();
+    let spans = eventually("the execute_tool span", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .iter()
+            .any(|s| s.name == "execute_tool generate_chart")
+            .then_some(spans)
+    })
+    .await;
+    let tool = one(&spans, "execute_tool", |s| {
+        s.name == "execute_tool generate_chart"
+    });
+    let arguments: serde_json::Value =
+        serde_json::from_str(&required(tool, "gen_ai.tool.call.arguments")).unwrap();
+    assert_eq!(arguments["series"][0]["name"], "lighthouses");
+    let result: serde_json::Value =
+        serde_json::from_str(&required(tool, "gen_ai.tool.call.result")).unwrap();
+    assert!(result["url"].is_string(), "{result}");
+}

@@ -58,6 +58,20 @@ pub mod error_type {
     pub const OTHER: &str = "_OTHER";
 }
 
+/// `gen_ai.tool.type` values.
+pub mod tool_type {
+    /// A tool the agent runtime executes itself (all of ours).
+    pub const FUNCTION: &str = "function";
+}
+
+/// Attribute keys of our own (*custom*: the conventions have the
+/// `gen_ai.server.time_to_first_token` metric, but no span attribute).
+pub mod attribute {
+    /// Seconds from the start of a streamed GenAI call (its CLIENT span) to
+    /// the first chunk it relayed.
+    pub const TIME_TO_FIRST_CHUNK: &str = "unigen.gen_ai.time_to_first_chunk";
+}
+
 /// `messaging.system`.
 pub const MESSAGING_RABBITMQ: &str = "rabbitmq";
 

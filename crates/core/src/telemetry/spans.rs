@@ -15,7 +15,7 @@ use tracing::Span;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use super::semconv::{MESSAGING_RABBITMQ, error_type};
+use super::semconv::{MESSAGING_RABBITMQ, error_type, operation};
 
 /// The target of every trace span.
 pub const TARGET: &str = "unigen::otel";
@@ -133,7 +133,7 @@ pub struct GenAiCall<'a> {
     /// [`super::semconv::provider`].
     pub provider: &'a str,
     pub request_model: &'a str,
-    /// [`super::semconv::output_type`].
+    /// [`super::semconv::output_type`]; empty for none (embeddings).
     pub output_type: &'a str,
     /// The upstream's host; `None` for the in-process provider.
     pub server_address: Option<&'a str>,
@@ -154,7 +154,7 @@ pub fn gen_ai(call: &GenAiCall<'_>) -> Span {
         gen_ai.provider.name = call.provider,
         gen_ai.request.model = call.request_model,
         gen_ai.request.stream = call.stream,
-        gen_ai.output.type = call.output_type,
+        gen_ai.output.type = (!call.output_type.is_empty()).then_some(call.output_type),
         gen_ai.response.model = Empty,
         gen_ai.response.id = Empty,
         gen_ai.usage.input_tokens = Empty,
@@ -162,8 +162,75 @@ pub fn gen_ai(call: &GenAiCall<'_>) -> Span {
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
         server.address = call.server_address,
+        unigen.gen_ai.time_to_first_chunk = Empty,
         error.type = Empty,
     )
+}
+
+/// The first chunk of a streamed call, `elapsed` after its span started
+/// ([`super::semconv::attribute::TIME_TO_FIRST_CHUNK`], in seconds, and a
+/// `gen_ai.first_chunk` event).
+pub fn gen_ai_first_chunk(span: &Span, elapsed: std::time::Duration) {
+    if span.is_disabled() {
+        return;
+    }
+    let seconds = elapsed.as_secs_f64();
+    span.record(super::semconv::attribute::TIME_TO_FIRST_CHUNK, seconds);
+    tracing::info!(target: TARGET, parent: span, time_to_first_chunk = seconds, "gen_ai.first_chunk");
+}
+
+/// An agent run (INTERNAL: the agent runs in-process): `invoke_agent {name}`,
+/// the parent of its model calls and of an `execute_tool` span per tool call.
+pub fn invoke_agent(name: &str, agent_id: &str, run_id: &str, provider: &str, model: &str) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "invoke_agent",
+        otel.name = format!("{} {name}", operation::INVOKE_AGENT),
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        gen_ai.operation.name = operation::INVOKE_AGENT,
+        gen_ai.provider.name = provider,
+        gen_ai.agent.name = name,
+        gen_ai.agent.id = agent_id,
+        gen_ai.request.model = model,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        unigen.agent_run.id = run_id,
+        error.type = Empty,
+    )
+}
+
+/// One tool call of an agent run (INTERNAL): `execute_tool {tool}`. Its
+/// arguments and result only through [`execute_tool_content`].
+pub fn execute_tool(tool: &str, call_id: &str) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "execute_tool",
+        otel.name = format!("{} {tool}", operation::EXECUTE_TOOL),
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        gen_ai.operation.name = operation::EXECUTE_TOOL,
+        gen_ai.tool.name = tool,
+        gen_ai.tool.call.id = call_id,
+        gen_ai.tool.type = super::semconv::tool_type::FUNCTION,
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
+        error.type = Empty,
+    )
+}
+
+/// Records a tool call's arguments and result, only with
+/// `telemetry.record_content`.
+pub fn execute_tool_content(span: &Span, arguments: Option<&str>, result: Option<&str>) {
+    if span.is_disabled() || !super::record_content() {
+        return;
+    }
+    if let Some(arguments) = arguments {
+        span.record("gen_ai.tool.call.arguments", arguments);
+    }
+    if let Some(result) = result {
+        span.record("gen_ai.tool.call.result", result);
+    }
 }
 
 /// Records the response of a GenAI call.
