@@ -6,6 +6,7 @@ mod charge_slot;
 pub mod cli;
 mod effects;
 mod error;
+mod event_streams;
 mod idempotency;
 mod job_reads;
 mod key_cache;
@@ -206,7 +207,7 @@ pub async fn spawn(
         started_at: chrono::Utc::now().timestamp(),
         runs,
         shutdown: shutdown.clone(),
-        event_streams: Arc::new(routes::job_events::OpenStreams::new(
+        event_streams: Arc::new(event_streams::OpenStreams::new(
             settings.http.max_event_streams_per_org,
         )),
     };

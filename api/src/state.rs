@@ -53,7 +53,7 @@ pub struct AppState {
     /// (clients resume on another process with `Last-Event-ID`).
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Open job event streams per organization (`http.max_event_streams_per_org`).
-    pub event_streams: Arc<crate::routes::job_events::OpenStreams>,
+    pub event_streams: Arc<crate::event_streams::OpenStreams>,
 }
 
 /// Wait limits from `[jobs]` and `[notify]`.

@@ -19,9 +19,8 @@
 //! key again at every keep-alive: once the key is revoked or expired (or
 //! the organization suspended), the stream ends.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use actix_web::web::Bytes;
@@ -37,6 +36,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
+use crate::event_streams::StreamPlace;
 use crate::routes::jobs::JOB_SCOPES;
 use crate::routes::params::{not_found, path_id};
 use crate::state::AppState;
@@ -46,63 +46,6 @@ const KIND: &str = "job";
 /// Pause between reads while the database is unreachable.
 const DB_RETRY_PAUSE: Duration = Duration::from_millis(250);
 const LAST_EVENT_ID: &str = "Last-Event-ID";
-
-/// Open streams per organization, on this process.
-pub struct OpenStreams {
-    max_per_org: usize,
-    open: Mutex<HashMap<Uuid, usize>>,
-}
-
-/// One open stream's place; freed when the stream ends (or its client goes).
-pub struct StreamPlace {
-    streams: Arc<OpenStreams>,
-    org_id: Uuid,
-}
-
-impl OpenStreams {
-    pub fn new(max_per_org: usize) -> Self {
-        Self {
-            max_per_org,
-            open: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// A place for one more stream of `org_id`, or `None` at the cap.
-    fn take(self: &Arc<Self>, org_id: Uuid) -> Option<StreamPlace> {
-        let mut open = self.open.lock().expect("open streams lock");
-        let count = open.entry(org_id).or_insert(0);
-        if *count >= self.max_per_org {
-            return None;
-        }
-        *count += 1;
-        Some(StreamPlace {
-            streams: self.clone(),
-            org_id,
-        })
-    }
-
-    #[cfg(test)]
-    fn open_for(&self, org_id: Uuid) -> usize {
-        self.open
-            .lock()
-            .expect("open streams lock")
-            .get(&org_id)
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        let mut open = self.streams.open.lock().expect("open streams lock");
-        if let Some(count) = open.get_mut(&self.org_id) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                open.remove(&self.org_id);
-            }
-        }
-    }
-}
 
 /// Where a job is; ordered as the job moves (field order matters: a
 /// terminal state lies beyond every attempt's progress).
@@ -412,21 +355,6 @@ mod tests {
         assert_eq!(at(1, 1, 0).event_type(), "status");
         assert_eq!(at(2, 1, 100).event_type(), "status");
         assert_eq!(at(0, 0, 0).event_type(), "status");
-    }
-
-    #[test]
-    fn an_organization_holds_at_most_its_open_streams() {
-        let streams = Arc::new(OpenStreams::new(2));
-        let (org, other) = (Uuid::new_v4(), Uuid::new_v4());
-        let first = streams.take(org).unwrap();
-        let second = streams.take(org).unwrap();
-        assert!(streams.take(org).is_none(), "the third is refused");
-        assert!(streams.take(other).is_some(), "another organization's own");
-        drop(first);
-        assert_eq!(streams.open_for(org), 1);
-        let third = streams.take(org).expect("a place freed");
-        drop((second, third));
-        assert_eq!(streams.open_for(org), 0);
     }
 
     #[test]

@@ -12,7 +12,7 @@ mod files;
 mod generation;
 mod health;
 mod images;
-pub(crate) mod job_events;
+mod job_events;
 mod jobs;
 mod keys;
 mod knowledge;

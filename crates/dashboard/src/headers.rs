@@ -7,8 +7,8 @@ use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 
-use crate::DashboardState;
 use crate::error::DashError;
+use crate::state::DashboardState;
 
 /// No inline script or style; images from this origin (signed file URLs
 /// are same-origin) or data: URLs.

@@ -10,10 +10,10 @@ use sha2::{Digest, Sha256};
 use unigen_db::DbError;
 use unigen_db::queries::idempotency::{self, Claim, ClaimToken, StoredResponse};
 
-use crate::DashboardState;
 use crate::error::DashError;
 use crate::form::FormFields;
 use crate::session::{SignedIn, random_token};
+use crate::state::DashboardState;
 
 /// The hidden field's name.
 pub const FIELD: &str = "form_id";

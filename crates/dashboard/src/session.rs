@@ -15,10 +15,10 @@ use unigen_db::models::MemberRow;
 use unigen_db::queries;
 use uuid::Uuid;
 
-use crate::DashboardState;
 use crate::error::DashError;
 use crate::layout::Chrome;
 use crate::roles::Role;
+use crate::state::DashboardState;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "unigen_session";

@@ -18,7 +18,7 @@ use crate::error::DashError;
 use crate::form::Posted;
 use crate::layout::Chrome;
 use crate::session::SignedIn;
-use crate::{DashboardState, render, see_other};
+use crate::state::{DashboardState, render, see_other};
 
 const PAGE_SIZE: i64 = 50;
 

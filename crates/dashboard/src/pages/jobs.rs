@@ -29,7 +29,7 @@ use crate::error::DashError;
 use crate::form::Posted;
 use crate::layout::Chrome;
 use crate::session::SignedIn;
-use crate::{DashboardState, parse_id, render, see_other};
+use crate::state::{DashboardState, parse_id, render, see_other};
 
 const PAGE_SIZE: i64 = 50;
 const KEEP_ALIVE: Duration = Duration::from_secs(15);

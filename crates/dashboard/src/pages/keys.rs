@@ -21,7 +21,7 @@ use crate::form::Posted;
 use crate::layout::Chrome;
 use crate::once::{self, OnceForm, Submission};
 use crate::session::SignedIn;
-use crate::{DashboardState, parse_id, render, see_other};
+use crate::state::{DashboardState, parse_id, render, see_other};
 
 const PAGE_SIZE: i64 = 50;
 /// Longest search text read.

@@ -15,7 +15,7 @@ use crate::csrf::{self, tokens_match};
 use crate::error::DashError;
 use crate::form::{FormFields, Posted};
 use crate::session::{self, cookie_value, random_token, set_cookie};
-use crate::{DashboardState, see_other};
+use crate::state::{DashboardState, see_other};
 
 /// The sign-in form's double-submit cookie.
 const LOGIN_COOKIE: &str = "unigen_login";

@@ -9,7 +9,7 @@ use unigen_core::domain::ModelCategory;
 use crate::error::DashError;
 use crate::layout::Chrome;
 use crate::session::SignedIn;
-use crate::{DashboardState, render};
+use crate::state::{DashboardState, render};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/models", web::get().to(models_page));

@@ -17,7 +17,7 @@ use super::usage::{DayRow, chart_svg};
 use crate::error::DashError;
 use crate::layout::Chrome;
 use crate::session::SignedIn;
-use crate::{DashboardState, render};
+use crate::state::{DashboardState, render};
 
 const CHART_DAYS: u64 = 30;
 const LATEST_JOBS: i64 = 10;

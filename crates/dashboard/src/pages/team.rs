@@ -16,8 +16,8 @@ use crate::form::Posted;
 use crate::layout::Chrome;
 use crate::roles::Role;
 use crate::session::{SignedIn, idle_cutoff};
+use crate::state::{DashboardState, parse_id, render, see_other};
 use crate::team::{TeamError, add_member};
-use crate::{DashboardState, parse_id, render, see_other};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/team", web::get().to(list_members))

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::error::DashError;
 use crate::layout::Chrome;
 use crate::session::SignedIn;
-use crate::{DashboardState, render};
+use crate::state::{DashboardState, render};
 
 /// Longest range a page shows.
 const MAX_DAYS: u64 = 366;

@@ -11,7 +11,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Ids, Invalid};
+use super::ids::Ids;
+use super::invalid::Invalid;
 
 const INPUT_ROLES: [&str; 4] = ["user", "system", "developer", "assistant"];
 const IMAGE_DETAILS: [&str; 3] = ["auto", "low", "high"];

@@ -16,63 +16,17 @@
 //! Nothing here reads a clock or draws a random number: ids are minted
 //! from a base the caller gives ([`Ids`]), times are passed in.
 
+mod ids;
+mod invalid;
 pub mod items;
 pub mod list;
 pub mod output;
 pub mod request;
 pub mod stream;
 
+pub use ids::Ids;
+pub use invalid::Invalid;
 pub use request::{ResponsesRequest, parse_request};
-
-/// A field the bridge refuses: `param` names it the way the client sent it
-/// (`input[2].content[0]`, `tools[1].type`, `text.format.schema`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub param: String,
-    pub message: String,
-}
-
-impl Invalid {
-    pub fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            param: param.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for Invalid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Invalid {}
-
-/// Item ids minted from one base (a response's unique part):
-/// `<prefix>_<base><n>`, in order, so ids within a response never collide
-/// and a response's ids never collide with another's.
-#[derive(Debug, Clone)]
-pub struct Ids {
-    base: String,
-    next: u32,
-}
-
-impl Ids {
-    pub fn new(base: impl Into<String>) -> Self {
-        Self {
-            base: base.into(),
-            next: 0,
-        }
-    }
-
-    /// The next id with `prefix` (`msg`, `fc`, `fco`).
-    pub fn mint(&mut self, prefix: &str) -> String {
-        let id = format!("{prefix}_{}{:04x}", self.base, self.next);
-        self.next += 1;
-        id
-    }
-}
 
 /// The Responses name of a chat request field that the chat validation
 /// refused (`max_completion_tokens` was `max_output_tokens`, `messages` was

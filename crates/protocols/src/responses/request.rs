@@ -5,8 +5,9 @@
 
 use serde_json::{Map, Value, json};
 
+use super::ids::Ids;
+use super::invalid::Invalid;
 use super::items::{normalize_input, to_chat_messages};
-use super::{Ids, Invalid};
 
 /// Fields a client may send that this service does not offer (hosted
 /// conversations, prompt templates, server-side compaction...).
