@@ -370,7 +370,7 @@ async fn job_page(
         segments,
         can_cancel: !terminal && signed_in.role().can_cancel_jobs(),
         events_url: format!("{}/jobs/{id}/events", signed_in.prefix),
-        deliveries: delivery_rows(deliveries, &signed_in.prefix),
+        deliveries: delivery_rows(deliveries),
         show_webhook: true,
         can_redeliver: signed_in.role().can_manage_webhooks(),
     })

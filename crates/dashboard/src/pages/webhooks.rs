@@ -118,7 +118,7 @@ impl DeliveryRow {
 }
 
 /// The job page's deliveries (webhook name first).
-pub fn delivery_rows(logs: Vec<(String, DeliveryLog)>, _prefix: &str) -> Vec<DeliveryRow> {
+pub fn delivery_rows(logs: Vec<(String, DeliveryLog)>) -> Vec<DeliveryRow> {
     logs.into_iter()
         .map(|(name, log)| DeliveryRow::of(log, name))
         .collect()
