@@ -268,6 +268,34 @@ ensure_schemathesis() {
   fi
 }
 
+# promtool (`check rules`, `test rules`, `check metrics`), from Debian's
+# `prometheus` package (bookworm: 2.42.0). Only the package's files are
+# wanted: no Prometheus server is started here.
+ensure_promtool() {
+  if ! command -v promtool >/dev/null; then
+    log "installing promtool (Debian package prometheus)"
+    apt_install prometheus
+  fi
+}
+
+# scripts/check-deploy's Python tools (kubernetes-validate, PyYAML), pinned
+# with hashes in deploy/tools/requirements.txt, in their own venv.
+ensure_deploy_tools() {
+  local venv="$ROOT/.venv-deploy" wanted
+  local stamp="$venv/.requirements.sha256"
+  wanted=$(sha256sum "$ROOT/deploy/tools/requirements.txt" | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ] || ! "$venv/bin/python" -c 'import kubernetes_validate, yaml' >/dev/null 2>&1; then
+    log "installing kubernetes-validate (deploy/tools/requirements.txt) into .venv-deploy"
+    command -v python3 >/dev/null || apt_install python3
+    python3 -m venv --help >/dev/null 2>&1 || apt_install python3-venv
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+      --require-hashes --only-binary :all: -r "$ROOT/deploy/tools/requirements.txt"
+    echo "$wanted" > "$stamp"
+  fi
+}
+
 # Starts the sidecar on $1 unless something answers there; sets WHISPER_PID.
 start_whisper() {
   local port=$1
