@@ -362,6 +362,11 @@ fn route_of(req: &ServiceRequest) -> Option<(Vec<unigen_core::domain::Scope>, us
     let limit = if route.template == crate::routes::KNOWLEDGE_UPLOAD_TEMPLATE {
         // The largest any plan allows; the route checks the plan's own.
         crate::routes::KNOWLEDGE_BODY_CEILING
+    } else if route.template == crate::routes::FILES_UPLOAD_TEMPLATE {
+        // An upload is streamed to storage, not read here, unless it
+        // carries an Idempotency-Key: then at most the file limit is kept.
+        usize::try_from(state.limits.max_file_bytes + crate::routes::FILES_MULTIPART_OVERHEAD)
+            .unwrap_or(usize::MAX)
     } else {
         state.limits.max_body
     };

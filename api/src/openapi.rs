@@ -32,6 +32,8 @@ request rate or the plan's concurrent requests; `Retry-After` says when to retry
         (name = "responses", description = "OpenAI's Responses API (`client.responses`, the OpenAI Agents SDK): bridged through chat completions with the same models, keys, scope `chat`, metering and fallbacks; stored responses, `previous_response_id`, typed SSE events"),
         (name = "messages", description = "Anthropic's Messages API (Anthropic SDKs, Claude Code): at `/v1/messages` and `/api/v1/messages`, with `x-api-key` or `Authorization: Bearer`; errors in Anthropic's shape (`AnthropicErrorBody`)"),
         (name = "embeddings", description = "Embeddings (OpenAI format)"),
+        (name = "files", description = "OpenAI's Files API (`client.files`): uploads for batches (`purpose` `batch`) and `user_data`, streamed to storage; batches' output and error files (`batch_output`). Scope `chat`; at `/api/v1/files` and `/v1/files`"),
+        (name = "batches", description = "OpenAI's Batch API (`client.batches`): JSONL files of chat completions, embeddings or responses requests run on the worker fleet, metered as the sync requests; output and error files in OpenAI's format. Scope `chat`; at `/api/v1/batches` and `/v1/batches`"),
         (name = "legacy", description = "Legacy image and logo interface (envelope responses)"),
         (name = "jobs", description = "Async jobs: list, read (long poll), cancel"),
         (name = "usage", description = "Usage analytics (envelope responses)"),
@@ -787,7 +789,12 @@ mod tests {
             // Anthropic's SDKs send the Messages API to the origin's `/v1`.
             let anthropic_root =
                 ["/v1/messages", "/v1/messages/count_tokens"].contains(&path.as_str());
-            assert!(path.starts_with("/api/v1/") || anthropic_root, "{path}");
+            // The OpenAI SDK with `OPENAI_BASE_URL=<origin>/v1`: Files and Batches.
+            let openai_root = path.starts_with("/v1/files") || path.starts_with("/v1/batches");
+            assert!(
+                path.starts_with("/api/v1/") || anthropic_root || openai_root,
+                "{path}"
+            );
         }
         for path in [
             "/api/v1/webhooks",

@@ -2,9 +2,9 @@
 //! completion capped to what the quota has left), settled once with what was
 //! said, and the usage object of the answer.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use unigen_core::config::ModelEntry;
-use unigen_db::billing::{Bucket, Charge, Estimate, Refusal, chat_credits, to_milli};
+use unigen_db::billing::{Bucket, Refusal, chat_charge, chat_hold, chat_usage_of};
 use unigen_providers::chat::ChatParams;
 
 use super::{Charged, SyncReservation};
@@ -15,24 +15,14 @@ use crate::state::AppState;
 const CHAT_ENDPOINT: &str = "/v1/chat/completions";
 
 /// The usage object: token counts, credits, and what the token quota has
-/// left (in tokens of this model's tier) after the charge.
+/// left (in tokens of this model's tier) after the charge (the rule is
+/// [`chat_usage_of`], shared with batch lines).
 pub fn usage(prompt_tokens: u32, completion_tokens: u32, settled: Option<&Charged>) -> Value {
-    let credits = settled.map_or(0, |s| s.credits);
-    let mut usage = json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "credits_used": credits,
-        "credits_breakdown": { "tokens": credits },
-    });
-    if let Some(report) = settled.and_then(|s| s.bucket.as_ref()) {
-        usage["quota_multiplier"] = json!(report.multiplier);
-        usage["tokens_remaining_estimate"] = match report.remaining_milli {
-            Some(milli) => json!((milli as f64 / 1000.0 / report.multiplier).floor() as i64),
-            None => Value::Null,
-        };
-    }
-    usage
+    chat_usage_of(
+        prompt_tokens,
+        completion_tokens,
+        settled.map(|s| (s.credits, s.bucket.as_ref())),
+    )
 }
 
 /// What a completion may cost, reserved before the model runs. Without an
@@ -59,22 +49,10 @@ pub async fn reserve_tokens_at(
     params: &mut ChatParams,
     prompt_tokens: u32,
 ) -> Result<ChatMeter, ApiError> {
-    let multiplier = Bucket::ChatTokens.multiplier(model.tier);
     // Every choice may say `max_tokens`.
     let choices = params.n.max(1);
-    let estimate = |per_choice: u32| {
-        let completion = per_choice.saturating_mul(choices);
-        Estimate {
-            credits: chat_credits(prompt_tokens, completion, model),
-            bucket: Some((
-                Bucket::ChatTokens,
-                to_milli(
-                    f64::from(prompt_tokens.saturating_add(completion)),
-                    multiplier,
-                ),
-            )),
-        }
-    };
+    let estimate = |per_choice: u32| chat_hold(prompt_tokens, per_choice, choices, model).0;
+    let multiplier = Bucket::ChatTokens.multiplier(model.tier);
     let first = SyncReservation::reserve(
         state,
         caller,
@@ -134,10 +112,7 @@ pub struct ChatMeter {
 impl ChatMeter {
     pub async fn settle(&mut self, prompt: u32, completion: u32) -> Option<Charged> {
         let reservation = self.reservation.take()?;
-        let charge = Charge {
-            credits: chat_credits(prompt, completion, &self.model),
-            bucket_milli: to_milli(f64::from(prompt + completion), self.multiplier),
-        };
+        let charge = chat_charge(prompt, completion, self.multiplier, &self.model);
         let tokens = (i64::from(prompt), i64::from(completion));
         match reservation
             .settle(&charge, self.multiplier, tokens, self.tools_used.clone())

@@ -14,8 +14,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
-use chrono::Utc;
-use unigen_db::billing::{AccountSnapshot, Charge, Estimate};
+use unigen_db::billing::{AccountSnapshot, Charge, Estimate, RequestMeta};
 use unigen_db::models::UsageRecord;
 use unigen_db::queries::billing::Amount;
 use unigen_db::{DbError, PgPool, queries};
@@ -231,22 +230,15 @@ impl SyncReservation {
     }
 
     fn record(&self, status: &str, tokens: (i64, i64), tools_used: Vec<String>) -> UsageRecord {
-        UsageRecord {
+        RequestMeta {
             id: self.id,
             org_id: self.org_id,
             api_key_id: Some(self.key_id),
-            endpoint: self.endpoint.to_owned(),
-            method: "POST".to_owned(),
-            model: self.model.clone(),
-            credits: 0,
-            latency_ms: self.started.elapsed().as_millis() as i64,
-            status: status.to_owned(),
-            tools_used,
-            prompt_tokens: tokens.0,
-            completion_tokens: tokens.1,
-            total_tokens: tokens.0 + tokens.1,
-            created_at: Utc::now(),
+            endpoint: self.endpoint,
+            model: &self.model,
+            started: self.started,
         }
+        .usage_record(status, tokens, tools_used)
     }
 
     /// Charges what the request used; the answer waits for the charge's

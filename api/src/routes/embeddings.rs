@@ -4,7 +4,7 @@ use actix_web::{HttpResponse, post, web};
 use base64::Engine;
 use serde_json::json;
 use unigen_core::domain::ModelCategory;
-use unigen_db::billing::{Charge, Estimate};
+use unigen_db::billing::{Charge, Estimate, embedding_credits, embedding_usage};
 use unigen_providers::chat::EmbeddingRequest;
 
 use crate::auth::Caller;
@@ -39,9 +39,8 @@ pub async fn create_embeddings(
     let params = request.validate()?;
     let _slot = ConcurrencySlot::acquire(&state, &caller).await?;
     // Embeddings cost credits per 1,000 input tokens; they use no bucket.
-    let credits_for = |tokens: u32| (i64::from(tokens) * model.credits_per_unit + 999) / 1000;
     let estimate = Estimate {
-        credits: credits_for(params.inputs.token_count()),
+        credits: embedding_credits(params.inputs.token_count(), model),
         bucket: None,
     };
     let reservation =
@@ -70,7 +69,7 @@ pub async fn create_embeddings(
         .collect();
     // What the upstream counted (its tokenizer may differ from our estimate's).
     let charge = Charge {
-        credits: credits_for(tokens),
+        credits: embedding_credits(tokens, model),
         bucket_milli: 0,
     };
     let charged = reservation
@@ -82,11 +81,6 @@ pub async fn create_embeddings(
         "object": "list",
         "data": data,
         "model": model.id,
-        "usage": {
-            "prompt_tokens": tokens,
-            "total_tokens": tokens,
-            "credits_used": credits_used,
-            "credits_breakdown": { "tokens": credits_used },
-        },
+        "usage": embedding_usage(tokens, credits_used),
     })))
 }

@@ -58,6 +58,14 @@ pub struct FileMeta {
 
 pub trait FileStore: Send + Sync {
     fn put<'a>(&'a self, key: &'a str, bytes: Vec<u8>) -> BoxFuture<'a, Result<(), StorageError>>;
+    /// Writes the file from `chunks` as they come (a multipart upload: never
+    /// whole in memory); answers the bytes written. An error from `chunks`
+    /// aborts the upload: nothing is stored.
+    fn put_stream<'a>(
+        &'a self,
+        key: &'a str,
+        chunks: ByteStream,
+    ) -> BoxFuture<'a, Result<u64, StorageError>>;
     /// `Ok(None)` when there is no such file.
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StorageError>>;
     fn delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), StorageError>>;
@@ -234,6 +242,45 @@ impl FileStore for ObjectFileStore {
                 .put_opts(&location, PutPayload::from(bytes), options)
                 .await?;
             Ok(())
+        })
+    }
+
+    fn put_stream<'a>(
+        &'a self,
+        key: &'a str,
+        mut chunks: ByteStream,
+    ) -> BoxFuture<'a, Result<u64, StorageError>> {
+        Box::pin(async move {
+            let location = self.location(key)?;
+            let mut options = object_store::PutMultipartOptions::default();
+            if let Backend::S3 { .. } = self.backend {
+                let content_type = mime_guess::from_path(key).first_or_octet_stream();
+                options.attributes = Attributes::from_iter([(
+                    Attribute::ContentType,
+                    content_type.essence_str().to_owned(),
+                )]);
+            }
+            let upload = self.inner.put_multipart_opts(&location, options).await?;
+            let mut writer = object_store::WriteMultipart::new(upload);
+            let mut written = 0u64;
+            while let Some(chunk) = chunks.next().await {
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    Err(err) => {
+                        let _ = writer.abort().await;
+                        return Err(err);
+                    }
+                };
+                // At most a few parts in flight: memory stays bounded.
+                if let Err(err) = writer.wait_for_capacity(2).await {
+                    let _ = writer.abort().await;
+                    return Err(err.into());
+                }
+                written += chunk.len() as u64;
+                writer.put(chunk);
+            }
+            writer.finish().await?;
+            Ok(written)
         })
     }
 

@@ -284,6 +284,135 @@ pub fn job_charge(job: &Job, output: &Value, actual_credits: i64) -> (Charge, f6
     )
 }
 
+/// Who made a sync request (or a batch line, metered as the same request)
+/// and on what, for its usage record.
+pub struct RequestMeta<'a> {
+    /// The record's id (the request's reservation id, or a fresh one).
+    pub id: uuid::Uuid,
+    pub org_id: uuid::Uuid,
+    pub api_key_id: Option<uuid::Uuid>,
+    pub endpoint: &'a str,
+    pub model: &'a str,
+    pub started: std::time::Instant,
+}
+
+impl RequestMeta<'_> {
+    /// The request's usage record (`credits` is set by the settlement).
+    pub fn usage_record(
+        &self,
+        status: &str,
+        (prompt_tokens, completion_tokens): (i64, i64),
+        tools_used: Vec<String>,
+    ) -> UsageRecord {
+        UsageRecord {
+            id: self.id,
+            org_id: self.org_id,
+            api_key_id: self.api_key_id,
+            endpoint: self.endpoint.to_owned(),
+            method: "POST".to_owned(),
+            model: self.model.to_owned(),
+            credits: 0,
+            latency_ms: self.started.elapsed().as_millis() as i64,
+            status: status.to_owned(),
+            tools_used,
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            created_at: Utc::now(),
+        }
+    }
+}
+
+/// What a chat completion holds before it runs (the sync route and a batch
+/// line alike): its prompt and `max_tokens` per choice at the model's
+/// prices, and as many tokens of the chat bucket at the tier's multiplier
+/// (the multiplier is the second value).
+pub fn chat_hold(
+    prompt_tokens: u32,
+    max_tokens: u32,
+    choices: u32,
+    model: &unigen_core::config::ModelEntry,
+) -> (Estimate, f64) {
+    let multiplier = Bucket::ChatTokens.multiplier(model.tier);
+    let completion = max_tokens.saturating_mul(choices.max(1));
+    let estimate = Estimate {
+        credits: chat_credits(prompt_tokens, completion, model),
+        bucket: Some((
+            Bucket::ChatTokens,
+            to_milli(
+                f64::from(prompt_tokens.saturating_add(completion)),
+                multiplier,
+            ),
+        )),
+    };
+    (estimate, multiplier)
+}
+
+/// What a chat completion is charged once answered (see [`chat_hold`]).
+pub fn chat_charge(
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    multiplier: f64,
+    model: &unigen_core::config::ModelEntry,
+) -> Charge {
+    Charge {
+        credits: chat_credits(prompt_tokens, completion_tokens, model),
+        bucket_milli: to_milli(f64::from(prompt_tokens + completion_tokens), multiplier),
+    }
+}
+
+/// Credits of embeddings: per 1,000 input tokens, rounded up (no bucket).
+pub fn embedding_credits(tokens: u32, model: &unigen_core::config::ModelEntry) -> i64 {
+    (i64::from(tokens) * model.credits_per_unit + 999) / 1000
+}
+
+/// An embeddings answer's `usage` object (the sync route and a batch line
+/// alike): the input tokens and the credits they cost.
+pub fn embedding_usage(tokens: u32, credits: i64) -> Value {
+    json!({
+        "prompt_tokens": tokens,
+        "total_tokens": tokens,
+        "credits_used": credits,
+        "credits_breakdown": { "tokens": credits },
+    })
+}
+
+/// A chat answer's `usage` object, as the sync route gives it: tokens,
+/// credits, and what the token quota has left after the charge.
+pub fn chat_usage(prompt_tokens: u32, completion_tokens: u32, settled: Option<&Settled>) -> Value {
+    chat_usage_of(
+        prompt_tokens,
+        completion_tokens,
+        settled.map(|s| (s.credits, s.bucket.as_ref())),
+    )
+}
+
+/// [`chat_usage`] from the credits charged and the chat bucket's report,
+/// for a charge known otherwise than as a [`Settled`] (the API's projected
+/// charges); `None`: nothing was charged (yet).
+pub fn chat_usage_of(
+    prompt_tokens: u32,
+    completion_tokens: u32,
+    charged: Option<(i64, Option<&BucketReport>)>,
+) -> Value {
+    let credits = charged.map_or(0, |(credits, _)| credits);
+    let mut usage = json!({
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "credits_used": credits,
+        "credits_breakdown": { "tokens": credits },
+    });
+    if let Some(report) = charged.and_then(|(_, bucket)| bucket) {
+        usage["quota_multiplier"] = json!(report.multiplier);
+        usage["tokens_remaining_estimate"] = match report.remaining_milli {
+            Some(milli) => json!((milli as f64 / 1000.0 / report.multiplier).floor() as i64),
+            None => Value::Null,
+        };
+    }
+    usage
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +432,31 @@ mod tests {
         assert_eq!(Bucket::MusicTracks.multiplier(ModelTier::Premium), 1.5);
         assert_eq!(Bucket::ChatTokens.multiplier(ModelTier::Premium), 2.0);
         assert_eq!(Bucket::ImageGenerations.multiplier(ModelTier::Premium), 1.0);
+    }
+
+    #[test]
+    fn chat_usage_reports_tokens_credits_and_what_the_token_quota_has_left() {
+        let report = BucketReport {
+            bucket: Bucket::ChatTokens,
+            used_milli: 60_000,
+            remaining_milli: Some(1_000_500),
+            multiplier: 2.0,
+        };
+        let usage = chat_usage_of(10, 20, Some((3, Some(&report))));
+        assert_eq!(usage["total_tokens"], 30);
+        assert_eq!(usage["credits_used"], 3);
+        assert_eq!(usage["credits_breakdown"]["tokens"], 3);
+        assert_eq!(usage["quota_multiplier"], 2.0);
+        // 1,000.5 units at x2 leave 500 whole tokens.
+        assert_eq!(usage["tokens_remaining_estimate"], 500);
+        let nothing = chat_usage_of(10, 20, None);
+        assert_eq!(nothing["credits_used"], 0);
+        assert!(nothing.get("quota_multiplier").is_none());
+        assert_eq!(
+            embedding_usage(7, 1),
+            json!({"prompt_tokens": 7, "total_tokens": 7, "credits_used": 1,
+                   "credits_breakdown": {"tokens": 1}})
+        );
     }
 
     #[test]

@@ -436,6 +436,8 @@ diesel::table! {
         conversation -> Jsonb,
         previous_response_id -> Nullable<Text>,
         created_at -> Timestamptz,
+        upstream -> Nullable<Text>,
+        expires_at -> Timestamptz,
     }
 }
 

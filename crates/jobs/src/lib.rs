@@ -5,6 +5,7 @@
 //! Handlers parse a request into a tool's `*Params`
 //! (`unigen_core::params`), then call [`JobSubmitter::submit`].
 
+pub mod batches;
 pub mod metrics;
 pub mod queue;
 mod submit;

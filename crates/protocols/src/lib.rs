@@ -3,4 +3,5 @@
 //! mapping is unit-tested here and the API routes (and workers) call them.
 
 pub mod anthropic;
+pub mod batch;
 pub mod responses;

@@ -2,8 +2,10 @@
 
 pub mod agent_runs;
 pub mod agents;
+pub mod batches;
 pub mod billing;
 pub mod events;
+pub mod files;
 pub mod idempotency;
 pub mod jobs;
 pub mod keys;
