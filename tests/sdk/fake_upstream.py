@@ -1,6 +1,7 @@
 """A fake OpenAI-compatible upstream for the client matrix
-(tests/tests/e2e/clients.rs): it answers /v1/chat/completions and
-/v1/embeddings in OpenAI's wire format (JSON, or server-sent events when
+(tests/tests/e2e/clients.rs): it answers /v1/chat/completions,
+/v1/embeddings and the Responses API (/v1/responses; GET and DELETE
+/v1/responses/{id}) in OpenAI's wire format (JSON, or server-sent events when
 `stream` is true) and records every request it gets together with what it
 answered, so a check can compare both sides: what the upstream received
 from unigen, and what the client received from unigen.
@@ -259,6 +260,126 @@ def embeddings(body):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
+# ---- The Responses API (POST /v1/responses, GET/DELETE /v1/responses/{id}) ----
+# Responses are held (unless `store` is false) so that `previous_response_id`
+# continues one, as OpenAI's does; an unknown one is OpenAI's 400.
+
+_held = {}
+
+
+def response_items(value):
+    """`input` as a list of items (a string is one user message)."""
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    return list(value or [])
+
+
+def item_text(item):
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return " ".join(p.get("text", "") for p in content or [] if isinstance(p, dict))
+
+
+def plan_response(body):
+    """One output item of a Responses request: a call of the first (or the
+    named) function tool, or text answering the last user message or the
+    function call outputs after it."""
+    items = response_items(body.get("input"))
+    last_user = max((i for i, it in enumerate(items) if it.get("role") == "user"), default=-1)
+    user_text = item_text(items[last_user]) if last_user >= 0 else ""
+    outputs = [it for it in items[last_user + 1:] if it.get("type") == "function_call_output"]
+    tools = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    choice = body.get("tool_choice")
+    if tools and choice != "none" and not outputs:
+        named = choice.get("name") if isinstance(choice, dict) else None
+        tool = next((t for t in tools if t["name"] == named), tools[0])
+        arguments = json.dumps(fill(tool.get("parameters") or {"type": "object", "properties": {}}))
+        return {"type": "function_call", "id": next_id("fc_upstream"), "call_id": next_id("call_upstream"),
+                "name": tool["name"], "arguments": arguments, "status": "completed"}
+    if outputs:
+        text = "\n".join(f"tool {o.get('call_id')} said: {o.get('output')}" for o in outputs)
+    else:
+        text = f"Upstream reply to: {user_text}"
+    return {"type": "message", "id": next_id("msg_upstream"), "status": "completed", "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def response_object(body, response_id, status, output, usage):
+    return {
+        "id": response_id, "object": "response", "created_at": CREATED, "status": status,
+        "background": False, "error": None, "incomplete_details": None,
+        "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+        "max_tool_calls": None, "model": body.get("model"), "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": {"effort": None, "summary": None}, "service_tier": "default",
+        "store": body.get("store", True), "temperature": body.get("temperature", 1.0),
+        "text": body.get("text") or {"format": {"type": "text"}}, "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [], "top_p": body.get("top_p", 1.0), "truncation": "disabled",
+        "usage": usage, "user": None, "metadata": body.get("metadata") or {},
+    }
+
+
+def response_usage(body, item):
+    prompt = sum(len(words(item_text(it))) + 3 for it in response_items(body.get("input")))
+    said = item.get("arguments") or item_text(item)
+    completion = len(words(said)) + (8 if item["type"] == "function_call" else 0)
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion}
+
+
+def create_response(body):
+    """The `response`, or an OpenAI error (status, body)."""
+    previous = body.get("previous_response_id")
+    if previous is not None and previous not in _held:
+        return 400, {"error": {"message": f"Previous response with id '{previous}' not found.",
+                               "type": "invalid_request_error", "param": "previous_response_id",
+                               "code": "previous_response_not_found"}}
+    item = plan_response(body)
+    response = response_object(body, next_id("resp_upstream"), "completed", [item], response_usage(body, item))
+    if body.get("store", True):
+        with _lock:
+            _held[response["id"]] = response
+    return 200, response
+
+
+def response_events(response, body):
+    """OpenAI's typed events of a whole `response`, numbered from 0."""
+    events = []
+
+    def emit(kind, **fields):
+        events.append(dict(type=kind, sequence_number=len(events), **fields))
+
+    start = dict(response, status="in_progress", output=[], usage=None)
+    emit("response.created", response=start)
+    emit("response.in_progress", response=start)
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "function_call":
+            emit("response.output_item.added", output_index=index,
+                 item=dict(item, arguments="", status="in_progress"))
+            for part in pieces(item["arguments"]):
+                emit("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=part)
+            emit("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                 name=item["name"], arguments=item["arguments"])
+        else:
+            text = item["content"][0]["text"]
+            emit("response.output_item.added", output_index=index, item=dict(item, content=[], status="in_progress"))
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            emit("response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part)
+            for token in re.findall(r"\s*\S+", text) or [""]:
+                emit("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
+                     delta=token, logprobs=[])
+            emit("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                 text=text, logprobs=[])
+            emit("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                 part=item["content"][0])
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.completed", response=response)
+    return events
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -287,6 +408,19 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
 
+    def send_typed_events(self, events):
+        """Server-sent events with `event:` names (the Responses API's)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-request-id", next_id("req_upstream"))
+        self.end_headers()
+        for event in events:
+            data = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
     def read_body(self):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -310,6 +444,26 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"requests": recorded})
         if self.path == "/health":
             return self.send_json(200, {"ok": True})
+        if self.path.startswith("/v1/responses/"):
+            with _lock:
+                held = _held.get(self.path.rsplit("/", 1)[1])
+            answer = held or {"error": {"message": "No response found.", "type": "invalid_request_error",
+                                        "param": None, "code": None}}
+            self.record(None, answer)
+            return self.send_json(200 if held else 404, answer)
+        self.record(None, None)
+        self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error",
+                                       "param": None, "code": None}})
+
+    def do_DELETE(self):
+        if self.path.startswith("/v1/responses/"):
+            response_id = self.path.rsplit("/", 1)[1]
+            with _lock:
+                held = _held.pop(response_id, None)
+            answer = {"id": response_id, "object": "response.deleted", "deleted": True} if held else \
+                {"error": {"message": "No response found.", "type": "invalid_request_error", "param": None, "code": None}}
+            self.record(None, answer)
+            return self.send_json(200 if held else 404, answer)
         self.record(None, None)
         self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error",
                                        "param": None, "code": None}})
@@ -328,6 +482,14 @@ class Handler(BaseHTTPRequestHandler):
             answer = chat_completion(body)
             self.record(body, answer)
             return self.send_json(200, answer)
+        if self.path == "/v1/responses" and isinstance(body, dict):
+            status, answer = create_response(body)
+            if status == 200 and body.get("stream"):
+                events = response_events(answer, body)
+                self.record(body, events)
+                return self.send_typed_events(events)
+            self.record(body, answer)
+            return self.send_json(status, answer)
         if self.path == "/v1/embeddings" and isinstance(body, dict):
             answer = embeddings(body)
             self.record(body, answer)

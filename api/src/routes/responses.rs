@@ -6,14 +6,18 @@
 
 use actix_web::{HttpResponse, post, web};
 use serde_json::{Map, Value, json};
-use unigen_core::domain::Scope;
+use unigen_core::config::ModelEntry;
+use unigen_core::domain::{ModelCategory, Scope};
 use unigen_db::queries::responses::NewResponse;
 use unigen_db::{DbError, queries};
+use unigen_protocols::responses::native::read_native;
 use unigen_protocols::responses::output::{self, Details, Head};
 use unigen_protocols::responses::{Ids, Invalid, ResponsesRequest, parse_request, responses_param};
 use unigen_providers::chat::ChatCompletionRequest;
 use unigen_providers::completion::{ChatError, ChatService, PreparedChat};
 
+use super::responses_continued::{RESPONSES_ENDPOINT, continued_response};
+use super::responses_native;
 use super::responses_stream::{Conversation, local_chunks, relay};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
@@ -22,8 +26,6 @@ use crate::metering::chat::{reserve_tokens_at, usage};
 use crate::routes::chat_stream::event_stream;
 use crate::routes::params::json_body;
 use crate::state::AppState;
-
-pub const RESPONSES_ENDPOINT: &str = "/v1/responses";
 
 /// Create a model response (OpenAI Responses API), as JSON or (`stream: true`) typed server-sent events.
 #[utoipa::path(
@@ -50,6 +52,17 @@ pub async fn create_response(
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Chat)?;
     let body: Map<String, Value> = json_body(&body)?;
+    if let Some(model) = native_model(&state, &body) {
+        // Passed through as sent: the upstream reads every other field.
+        let request = read_native(&body).map_err(invalid)?;
+        if request.background {
+            return Err(invalid(Invalid::new(
+                "background",
+                "background mode is not available for models served by a native Responses upstream; send the request without `background`",
+            )));
+        }
+        return responses_native::respond(&state, &caller, model, body, request).await;
+    }
     let request = parse_request(&body).map_err(invalid)?;
     if request.background {
         return Err(invalid(Invalid::new(
@@ -80,6 +93,8 @@ pub async fn create_response(
         previous_response_id: request.previous_response_id.clone(),
         context,
         input,
+        upstream: None,
+        retention: state.limits.response_retention,
     };
     let slot = ConcurrencySlot::acquire(&state, &caller).await?;
     let mut meter = reserve_tokens_at(
@@ -146,6 +161,18 @@ pub async fn create_response(
     Ok(HttpResponse::Ok().json(response))
 }
 
+/// The catalogue model a request names, when its upstreams speak the
+/// Responses API natively (else the request is bridged through chat, which
+/// reports a bad or unknown model).
+fn native_model(state: &AppState, body: &Map<String, Value>) -> Option<ModelEntry> {
+    let name = body.get("model")?.as_str()?;
+    let model = state
+        .catalogue
+        .resolve(Some(name), ModelCategory::Chat)
+        .ok()?;
+    state.chat.speaks_responses(model).then(|| model.clone())
+}
+
 /// The stored conversation `previous_response_id` continues (none without
 /// one); another organization's response is not found.
 async fn continued(
@@ -153,19 +180,9 @@ async fn continued(
     caller: &Caller,
     request: &ResponsesRequest,
 ) -> Result<Vec<Value>, ApiError> {
-    let Some(previous) = &request.previous_response_id else {
-        return Ok(Vec::new());
-    };
-    let mut conn = state.pool.get().await.map_err(DbError::from)?;
-    let stored = queries::responses::find(&mut conn, caller.org_id, previous)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "previous_response_id: response {previous} not found"
-            ))
-        })?;
-    Ok(match stored.conversation {
-        Value::Array(items) => items,
+    let stored = continued_response(state, caller, request.previous_response_id.as_deref()).await?;
+    Ok(match stored.map(|s| s.conversation) {
+        Some(Value::Array(items)) => items,
         _ => Vec::new(),
     })
 }
@@ -189,6 +206,10 @@ impl Conversation {
             input_items: json!(self.input),
             conversation: Value::Array(conversation),
             previous_response_id: self.previous_response_id.clone(),
+            upstream: self.upstream.clone(),
+            expires_at: chrono::Duration::from_std(self.retention)
+                .ok()
+                .and_then(|retention| chrono::Utc::now().checked_add_signed(retention)),
         };
         let mut conn = self.pool.get().await.map_err(DbError::from)?;
         queries::responses::insert(&mut conn, &new).await?;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use actix_web::{HttpResponse, delete, get, post, web};
 use serde_json::{Value, json};
-use unigen_core::domain::Scope;
+use unigen_core::domain::{ModelCategory, Scope};
 use unigen_db::queries::responses::StoredResponse;
 use unigen_db::{DbError, queries};
 use unigen_protocols::responses::list;
@@ -72,8 +72,23 @@ pub async fn delete_response(
 ) -> Result<HttpResponse, ApiError> {
     caller.require(Scope::Chat)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
-    if !queries::responses::delete(&mut conn, caller.org_id, &path).await? {
+    let Some(deleted) = queries::responses::delete(&mut conn, caller.org_id, &path).await? else {
         return Err(ApiError::NotFound(format!("response {path} not found")));
+    };
+    drop(conn);
+    // A response a native upstream holds is deleted there too, when that
+    // upstream still serves the model (it keeps it for its own retention
+    // otherwise). Ours is gone already: a failure there is logged only.
+    if let Some(upstream) = &deleted.upstream
+        && let Ok(model) = state
+            .catalogue
+            .resolve(Some(&deleted.model), ModelCategory::Chat)
+        && let Err(err) = state
+            .chat
+            .delete_upstream_response(model, upstream, &deleted.id)
+            .await
+    {
+        tracing::warn!(error = %err, upstream = %upstream, "deleting a response upstream failed");
     }
     Ok(
         HttpResponse::Ok()

@@ -28,6 +28,11 @@ pub struct Conversation {
     pub context: Vec<Value>,
     /// This request's input items.
     pub input: Vec<Value>,
+    /// The upstream holding the response (a native Responses upstream);
+    /// `None` when bridged through chat.
+    pub upstream: Option<String>,
+    /// How long the stored response is kept (`responses.retention_seconds`).
+    pub retention: std::time::Duration,
 }
 
 /// The built-in model's whole answer as a chat chunk stream: its first

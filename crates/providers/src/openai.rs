@@ -765,3 +765,235 @@ mod embedding_tests {
         );
     }
 }
+
+/// The Responses API spoken natively (`responses = true`): `POST
+/// {base}/responses` (Azure: `{endpoint}/openai/v1/responses`, the
+/// deployment named by the body's `model`), the body as given.
+impl OpenAiClient {
+    fn responses_url(&self, id: Option<&str>) -> String {
+        let base = match &self.azure {
+            None => self.upstream.url("responses"),
+            // Azure serves the Responses API on its v1 surface only.
+            Some(_) => self.upstream.url("openai/v1/responses"),
+        };
+        let Some(id) = id else {
+            return base;
+        };
+        let Ok(mut url) = url::Url::parse(&base) else {
+            return base;
+        };
+        if let Ok(mut segments) = url.path_segments_mut() {
+            // Percent-encoded: an id is one segment.
+            segments.push(id);
+        }
+        url.into()
+    }
+
+    async fn post_responses(&self, body: &serde_json::Value) -> Result<reqwest::Response, Attempt> {
+        let url = self.responses_url(None);
+        let response = self.upstream.send(|http| http.post(url).json(body)).await?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(status_failure(response).await)
+        }
+    }
+
+    /// `POST {base}/responses` without streaming: the `response`.
+    pub async fn responses(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, ProviderError> {
+        with_retries(|| async {
+            let response = self.post_responses(body).await?;
+            response.json::<serde_json::Value>().await.map_err(|err| {
+                Attempt::permanent(format!(
+                    "the upstream answered an unreadable response: {err}"
+                ))
+            })
+        })
+        .await
+    }
+
+    /// `POST {base}/responses` with `stream: true`: the typed events.
+    pub async fn responses_stream(
+        &self,
+        body: &serde_json::Value,
+    ) -> Result<ChunkStream, ProviderError> {
+        let response = with_retries(|| self.post_responses(body)).await?;
+        Ok(Box::pin(responses_events(crate::sse::events(
+            response.bytes_stream(),
+        ))))
+    }
+
+    /// `DELETE {base}/responses/{id}`; a 404 is not an error.
+    pub async fn delete_response(&self, id: &str) -> Result<(), ProviderError> {
+        let url = self.responses_url(Some(id));
+        with_retries(|| async {
+            let response = self.upstream.send(|http| http.delete(url.clone())).await?;
+            if response.status().is_success() || response.status() == 404 {
+                Ok(())
+            } else {
+                Err(status_failure(response).await)
+            }
+        })
+        .await
+    }
+}
+
+/// Whether a Responses stream event ends the response.
+pub fn is_terminal_event(event: &serde_json::Value) -> bool {
+    matches!(
+        event["type"].as_str(),
+        Some("response.completed" | "response.incomplete" | "response.failed")
+    )
+}
+
+/// A Responses stream's events as JSON, ending after the terminal event;
+/// an `error` event, or a stream that ends before a terminal event, is an
+/// error that ends it.
+fn responses_events(
+    events: impl futures_util::Stream<Item = Result<crate::sse::Event, ProviderError>> + Send + 'static,
+) -> impl futures_util::Stream<Item = Result<serde_json::Value, ProviderError>> + Send {
+    use futures_util::StreamExt;
+    let events = Box::pin(events);
+    futures_util::stream::unfold((events, false), |(mut events, done)| async move {
+        if done {
+            return None;
+        }
+        loop {
+            let item = match events.next().await {
+                None => Err(ProviderError::Transient(
+                    "the upstream stream ended before the response did".into(),
+                )),
+                Some(Err(err)) => Err(err),
+                Some(Ok(event)) if event.data.trim() == "[DONE]" => Err(ProviderError::Transient(
+                    "the upstream stream ended before the response did".into(),
+                )),
+                Some(Ok(event)) => match serde_json::from_str::<serde_json::Value>(&event.data) {
+                    Ok(data) if data["type"] == "error" => {
+                        let message: String = data["message"]
+                            .as_str()
+                            .unwrap_or("the upstream stream failed")
+                            .chars()
+                            .take(200)
+                            .collect();
+                        Err(ProviderError::Transient(message))
+                    }
+                    Ok(data) => Ok(data),
+                    Err(_) => {
+                        tracing::debug!("skipping an unreadable stream event");
+                        continue;
+                    }
+                },
+            };
+            let done = match &item {
+                Ok(data) => is_terminal_event(data),
+                Err(_) => true,
+            };
+            return Some((item, (events, done)));
+        }
+    })
+}
+
+impl crate::vendor::ResponsesUpstream for OpenAiClient {
+    fn responses<'a>(
+        &'a self,
+        body: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<serde_json::Value, ProviderError>> {
+        Box::pin(OpenAiClient::responses(self, body))
+    }
+
+    fn responses_stream<'a>(
+        &'a self,
+        body: &'a serde_json::Value,
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>> {
+        Box::pin(OpenAiClient::responses_stream(self, body))
+    }
+
+    fn delete_response<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>> {
+        Box::pin(OpenAiClient::delete_response(self, id))
+    }
+}
+
+#[cfg(test)]
+mod responses_tests {
+    use futures_util::StreamExt;
+    use serde_json::json;
+    use unigen_core::config::UpstreamSettings;
+
+    use super::*;
+
+    fn settings(base_url: &str) -> UpstreamSettings {
+        UpstreamSettings {
+            base_url: base_url.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_responses_endpoint_is_under_the_base_url_and_azures_v1_surface() {
+        let openai = OpenAiClient::new(&settings("https://api.openai.com/v1/"));
+        assert_eq!(
+            openai.responses_url(None),
+            "https://api.openai.com/v1/responses"
+        );
+        assert_eq!(
+            openai.responses_url(Some("resp_a/b")),
+            "https://api.openai.com/v1/responses/resp_a%2Fb"
+        );
+        let azure = OpenAiClient::azure(&settings("https://r.openai.azure.com"));
+        assert_eq!(
+            azure.responses_url(None),
+            "https://r.openai.azure.com/openai/v1/responses"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_responses_stream_ends_at_its_terminal_event_and_an_error_event_fails_it() {
+        let frame = |event: serde_json::Value| {
+            Ok::<_, reqwest::Error>(
+                format!(
+                    "event: {}\ndata: {event}\n\n",
+                    event["type"].as_str().unwrap()
+                )
+                .into_bytes(),
+            )
+        };
+        let parts = vec![
+            frame(json!({"type": "response.created", "sequence_number": 0})),
+            frame(json!({"type": "response.completed", "sequence_number": 1})),
+            frame(json!({"type": "response.created", "sequence_number": 2})),
+        ];
+        let events: Vec<_> =
+            responses_events(crate::sse::events(futures_util::stream::iter(parts)))
+                .collect()
+                .await;
+        let numbers: Vec<u64> = events
+            .iter()
+            .map(|e| e.as_ref().unwrap()["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(numbers, [0, 1], "nothing after the terminal event");
+
+        let parts = vec![
+            frame(json!({"type": "response.created", "sequence_number": 0})),
+            frame(
+                json!({"type": "error", "code": "server_error", "message": "boom", "sequence_number": 1}),
+            ),
+        ];
+        let events: Vec<_> =
+            responses_events(crate::sse::events(futures_util::stream::iter(parts)))
+                .collect()
+                .await;
+        assert_eq!(events.len(), 2);
+        assert!(matches!(&events[1], Err(ProviderError::Transient(m)) if m == "boom"));
+
+        let cut = vec![frame(
+            json!({"type": "response.created", "sequence_number": 0}),
+        )];
+        let events: Vec<_> = responses_events(crate::sse::events(futures_util::stream::iter(cut)))
+            .collect()
+            .await;
+        assert!(events[1].is_err(), "a stream cut short is an error");
+    }
+}

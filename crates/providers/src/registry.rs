@@ -23,7 +23,7 @@ use crate::openai::OpenAiClient;
 use crate::replicate::ReplicateClient;
 pub use crate::vendor::{
     Capability, ChatUpstream, ChunkStream, EmbeddingUpstream, ImageUpstream, MediaUpstream,
-    MessagesUpstream, SpeechUpstream, TranscriptionUpstream,
+    MessagesUpstream, ResponsesUpstream, SpeechUpstream, TranscriptionUpstream,
 };
 
 /// The clients one adapter builds for one upstream.
@@ -32,6 +32,9 @@ pub struct Clients {
     pub chat: Option<Arc<dyn ChatUpstream>>,
     /// Anthropic's Messages API, natively (the `anthropic` adapter).
     pub messages: Option<Arc<dyn MessagesUpstream>>,
+    /// OpenAI's Responses API, natively (`openai` and `azure-openai`
+    /// upstreams with `responses = true`).
+    pub responses: Option<Arc<dyn ResponsesUpstream>>,
     pub embeddings: Option<Arc<dyn EmbeddingUpstream>>,
     pub images: Option<Arc<dyn ImageUpstream>>,
     /// Image edits, video and music.
@@ -114,7 +117,7 @@ pub const ADAPTERS: &[Adapter] = &[
             Transcription,
             Translation,
         ],
-        build: Some(|settings| openai_clients(OpenAiClient::new(settings))),
+        build: Some(|settings| openai_clients(OpenAiClient::new(settings), settings.responses)),
         token_ids: true,
         ..IN_PROCESS
     },
@@ -128,7 +131,7 @@ pub const ADAPTERS: &[Adapter] = &[
             Transcription,
             Translation,
         ],
-        build: Some(|settings| openai_clients(OpenAiClient::azure(settings))),
+        build: Some(|settings| openai_clients(OpenAiClient::azure(settings), settings.responses)),
         token_ids: true,
         ..IN_PROCESS
     },
@@ -203,11 +206,13 @@ pub const ADAPTERS: &[Adapter] = &[
     },
 ];
 
-fn openai_clients(client: OpenAiClient) -> Clients {
+/// `responses`: the upstream speaks the Responses API too.
+fn openai_clients(client: OpenAiClient, responses: bool) -> Clients {
     let shared = Arc::new(client);
     Clients {
         chat: Some(shared.clone()),
         messages: None,
+        responses: responses.then(|| shared.clone() as Arc<dyn ResponsesUpstream>),
         embeddings: Some(shared.clone()),
         images: Some(shared.clone()),
         speech: Some(shared.clone()),
@@ -312,6 +317,11 @@ impl Providers {
     /// The model's upstreams that speak Anthropic's Messages API natively.
     pub fn messages(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn MessagesUpstream>)> {
         self.in_order(model, |c| c.messages.clone())
+    }
+
+    /// The model's upstreams that speak OpenAI's Responses API natively.
+    pub fn responses(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn ResponsesUpstream>)> {
+        self.in_order(model, |c| c.responses.clone())
     }
 
     pub fn embeddings(&self, model: &ModelEntry) -> Vec<(String, Arc<dyn EmbeddingUpstream>)> {

@@ -52,6 +52,27 @@ pub trait MessagesUpstream: Send + Sync {
     ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
 }
 
+/// OpenAI's Responses API spoken natively (an `openai` or `azure-openai`
+/// upstream with `responses = true`): the body, the `response` and the
+/// stream's typed events exactly as OpenAI defines them (no translation).
+pub trait ResponsesUpstream: Send + Sync {
+    /// The whole `response` (`POST {base}/responses`).
+    fn responses<'a>(&'a self, body: &'a Value) -> BoxFuture<'a, Result<Value, ProviderError>>;
+
+    /// The stream's events (each event's JSON), ending after the terminal
+    /// `response.completed`, `response.incomplete` or `response.failed`; an
+    /// `error` event or a stream cut short is an error, after which it
+    /// ends. Failures before the first event are retried.
+    fn responses_stream<'a>(
+        &'a self,
+        body: &'a Value,
+    ) -> BoxFuture<'a, Result<ChunkStream, ProviderError>>;
+
+    /// Deletes a response the upstream stored (`DELETE {base}/responses/{id}`);
+    /// one it does not know is not an error.
+    fn delete_response<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ProviderError>>;
+}
+
 /// Embeddings: `body` is an OpenAI embeddings request of `inputs` inputs.
 pub trait EmbeddingUpstream: Send + Sync {
     fn embed(&self, body: Value, inputs: usize)

@@ -15,10 +15,10 @@ use wiremock::{Mock, MockServer};
 use crate::clients::{client_command, root, run_to_success};
 use crate::native_providers::{ANTHROPIC_KEY, FakeAnthropic};
 
-const CLAUDE: &str = "anthropic/claude";
+pub(crate) const CLAUDE: &str = "anthropic/claude";
 const CLAUDE_ALIAS: &str = "claude-sonnet-4-5";
 
-async fn fake_anthropic() -> MockServer {
+pub(crate) async fn fake_anthropic() -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .and(path("/v1/messages"))
@@ -29,7 +29,7 @@ async fn fake_anthropic() -> MockServer {
 }
 
 /// The stack with `anthropic/claude` (alias `claude-sonnet-4-5`) on the fake.
-async fn stack(fake: &MockServer) -> TestApp {
+pub(crate) async fn stack(fake: &MockServer) -> TestApp {
     let base_url = fake.uri();
     TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
         s.upstreams.insert(
@@ -444,5 +444,56 @@ async fn the_anthropic_python_sdk_works_unchanged() {
         // The SDK's own version, forwarded (the adapter's default is 2023-06-01).
         let version = request.headers["anthropic-version"].to_str().unwrap();
         assert_eq!(version, sdk_version, "one version throughout");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_anthropic_typescript_sdk_works_unchanged() {
+    let modules = root().join("tests/sdk/js/node_modules/@anthropic-ai/sdk");
+    assert!(
+        modules.is_dir(),
+        "{} is missing: scripts/test (ensure_sdk_js) runs npm ci in tests/sdk/js",
+        modules.display()
+    );
+    let fake = fake_anthropic().await;
+    let app = stack(&fake).await;
+    let no_chat = app.create_key(app.org_id, &["image"], None).await;
+    let mut command = client_command(
+        &app,
+        std::path::Path::new("node"),
+        "tests/sdk/js/anthropic_check.mjs",
+    );
+    command
+        .env("ANTHROPIC_BASE_URL", app.url(""))
+        .env("ANTHROPIC_API_KEY", &app.key)
+        .env_remove("ANTHROPIC_AUTH_TOKEN")
+        .env("NO_CHAT_KEY", &no_chat)
+        .env("CLAUDE_MODEL", CLAUDE_ALIAS)
+        .env("CLAUDE_CATALOGUE_ID", CLAUDE);
+    let printed = run_to_success(command, "tests/sdk/js/anthropic_check.mjs").await;
+    for flow in [
+        "offline_create",
+        "offline_stream",
+        "offline_tools",
+        "offline_count_tokens",
+        "claude_create",
+        "claude_tools",
+        "errors",
+    ] {
+        assert!(
+            printed.contains(&format!(" / {flow}\n")),
+            "flow {flow} ran:\n{printed}"
+        );
+    }
+    // What the anthropic upstream got from the SDK's requests: Anthropic's
+    // wire format with its key (the fake refuses anything else), the
+    // upstream's model name, and the SDK's own anthropic-version.
+    let received = fake.received_requests().await.unwrap();
+    assert!(received.len() >= 5, "{}", received.len());
+    for request in received {
+        let sent: Value = request.body_json().unwrap();
+        assert_eq!(sent["model"], "claude-sonnet-4-5-20250929");
+        assert_eq!(request.headers["x-api-key"], ANTHROPIC_KEY);
+        assert!(request.headers.get("anthropic-version").is_some());
     }
 }

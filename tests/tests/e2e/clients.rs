@@ -38,13 +38,13 @@ pub(crate) fn root() -> PathBuf {
 }
 
 /// tests/sdk/fake_upstream.py on a free loopback port, killed on drop.
-struct FakeUpstream {
-    url: String,
+pub(crate) struct FakeUpstream {
+    pub(crate) url: String,
     _child: tokio::process::Child,
 }
 
 impl FakeUpstream {
-    async fn start() -> FakeUpstream {
+    pub(crate) async fn start() -> FakeUpstream {
         let mut child = tokio::process::Command::new(root().join(".venv/bin/python"))
             .arg(root().join("tests/sdk/fake_upstream.py"))
             .args(["--port", "0"])

@@ -520,3 +520,267 @@ async fn the_openai_js_sdk_speaks_the_responses_api() {
         );
     }
 }
+
+const NATIVE_MODEL: &str = "native/gpt";
+
+/// The stack with `native/gpt` on the fake upstream (tests/sdk/fake_upstream.py)
+/// declared `responses = true`, and `bridged/gpt` on the same upstream
+/// without it.
+async fn native_stack() -> (TestApp, crate::clients::FakeUpstream) {
+    let upstream = crate::clients::FakeUpstream::start().await;
+    let url = upstream.url.clone();
+    let app = TestApp::spawn_with(TestOptions::default().without_worker().configure(move |s| {
+        let mut native = fake_upstream(&url);
+        native.responses = true;
+        s.upstreams.insert("native".into(), native);
+        s.models
+            .push(fake_chat_model(NATIVE_MODEL, "native", vec![]));
+    }))
+    .await;
+    (app, upstream)
+}
+
+/// What the fake upstream recorded at `path`.
+async fn recorded(upstream: &crate::clients::FakeUpstream, path: &str) -> Vec<Value> {
+    let all: Value = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(format!("{}/__recorded", upstream.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    all["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["path"] == path)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_responses_upstream_gets_the_sdks_requests_unchanged() {
+    let (app, upstream) = native_stack().await;
+    let mut command = client_command(
+        &app,
+        &root().join(".venv/bin/python"),
+        "tests/sdk/python/responses_native_check.py",
+    );
+    command
+        .env("FAKE_UPSTREAM_URL", &upstream.url)
+        .env("NATIVE_MODEL", NATIVE_MODEL)
+        .env("UPSTREAM_CHAT_MODEL", "gpt-upstream")
+        .env("UPSTREAM_API_KEY", "sk-upstream-secret");
+    let printed = run_to_success(command, "tests/sdk/python/responses_native_check.py").await;
+    for flow in [
+        "create",
+        "stream",
+        "tools",
+        "delete",
+        "not_stored",
+        "errors",
+    ] {
+        assert!(
+            printed.contains(&format!("native responses / {flow}\n")),
+            "flow {flow} ran:\n{printed}"
+        );
+    }
+    // Metered with the upstream's usage, streamed or not.
+    for kind in ["create", "stream"] {
+        let line = printed
+            .lines()
+            .find(|l| l.starts_with(&format!("USAGE {kind} ")))
+            .unwrap_or_else(|| panic!("no usage printed for {kind}:\n{printed}"));
+        let numbers: Vec<i64> = line
+            .split(' ')
+            .skip(2)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let recorded = scalar(
+            &app,
+            &format!(
+                "SELECT count(*) FROM usage_records WHERE endpoint = '/v1/responses' AND status = 'success' \
+                 AND model = '{NATIVE_MODEL}' AND prompt_tokens = {} AND completion_tokens = {} AND credits > 0",
+                numbers[0], numbers[1]
+            ),
+        )
+        .await;
+        assert!(recorded >= 1, "{kind}: no usage record with {line}");
+    }
+    let forwarded = recorded(&upstream, "/v1/responses").await.len() as i64;
+    let records = scalar(
+        &app,
+        &format!("SELECT count(*) FROM usage_records WHERE endpoint = '/v1/responses' AND model = '{NATIVE_MODEL}'"),
+    )
+    .await;
+    assert_eq!(records, forwarded, "one usage record per forwarded request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_continuation_stays_in_its_organization_and_a_bridged_one_is_inlined() {
+    let (app, upstream) = native_stack().await;
+    let (status, first) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"model": NATIVE_MODEL, "input": "first turn"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let first_id = first["id"].as_str().unwrap();
+    assert!(
+        first_id.starts_with("resp_upstream"),
+        "the upstream's id: {first_id}"
+    );
+    assert!(first["usage"]["credits_used"].is_i64(), "{first}");
+
+    // Another organization naming it: a 404, and nothing reaches the upstream.
+    let other_org = app.create_org("other", "free").await;
+    let other_key = app.create_key(other_org, &["chat"], None).await;
+    let before = recorded(&upstream, "/v1/responses").await.len();
+    for key in [&other_key] {
+        let (status, error) = json_of(
+            app.post_json(
+                "/api/v1/responses",
+                key,
+                &json!({"model": NATIVE_MODEL, "input": "steal", "previous_response_id": first_id}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 404, "{error}");
+        let (status, _) =
+            json_of(app.get(&format!("/api/v1/responses/{first_id}"), key).await).await;
+        assert_eq!(status, 404);
+    }
+    assert_eq!(recorded(&upstream, "/v1/responses").await.len(), before);
+
+    // A response bridged through chat (local/echo) continued on the native
+    // model: the upstream does not hold it, so its conversation is sent
+    // ahead of the input instead of previous_response_id.
+    let (status, echo) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"model": "local/echo", "input": "echo turn"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{echo}");
+    let (status, next) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"model": NATIVE_MODEL, "input": "native turn", "previous_response_id": echo["id"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{next}");
+    let sent = &recorded(&upstream, "/v1/responses").await.last().unwrap()["body"].clone();
+    assert!(sent.get("previous_response_id").is_none(), "{sent}");
+    let input = sent["input"].as_array().unwrap();
+    assert_eq!(input.len(), 3, "{sent}");
+    assert_eq!(input[0]["content"][0]["text"], "echo turn");
+    assert_eq!(input[1]["role"], "assistant");
+    assert_eq!(input[1]["content"][0]["text"], "echo turn");
+    assert_eq!(input[2]["content"][0]["text"], "native turn");
+    assert_eq!(
+        next["output"][0]["content"][0]["text"],
+        "Upstream reply to: native turn"
+    );
+    // And the native response is continued by a bridged model from the
+    // conversation stored here.
+    let (status, bridged) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"model": "local/echo", "input": "last turn", "previous_response_id": next["id"]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{bridged}");
+    assert_eq!(bridged["output"][0]["content"][0]["text"], "last turn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_stored_response_is_not_found_and_deleted_by_the_scheduler() {
+    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let mut ids = Vec::new();
+    for text in ["old", "new"] {
+        let (status, response) = json_of(
+            app.post_json(
+                "/api/v1/responses",
+                &app.key,
+                &json!({"model": "local/echo", "input": text}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, 200, "{response}");
+        ids.push(response["id"].as_str().unwrap().to_owned());
+    }
+    // Stored for the configured retention (30 days by default).
+    let days = scalar(
+        &app,
+        &format!(
+            "SELECT round(extract(epoch FROM expires_at - created_at) / 86400)::bigint FROM responses WHERE id = '{}'",
+            ids[1]
+        ),
+    )
+    .await;
+    assert_eq!(days, 30);
+    app.sql(&format!(
+        "UPDATE responses SET expires_at = now() - interval '1 second' WHERE id = '{}'",
+        ids[0]
+    ))
+    .await;
+    for path in [
+        format!("/api/v1/responses/{}", ids[0]),
+        format!("/api/v1/responses/{}/input_items", ids[0]),
+    ] {
+        let (status, _) = json_of(app.get(&path, &app.key).await).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"model": "local/echo", "input": "more", "previous_response_id": ids[0]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 404, "an expired response is not continued");
+    // The scheduler deletes it; the other stays.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let left = scalar(
+            &app,
+            &format!("SELECT count(*) FROM responses WHERE id = '{}'", ids[0]),
+        )
+        .await;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the scheduler did not delete the expired response"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (status, _) = json_of(
+        app.get(&format!("/api/v1/responses/{}", ids[1]), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200);
+}

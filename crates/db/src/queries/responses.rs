@@ -28,6 +28,11 @@ pub struct StoredResponse {
     pub conversation: Value,
     pub previous_response_id: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// The upstream holding a response answered natively (the Responses
+    /// API passed through); `None` for one bridged through chat.
+    pub upstream: Option<String>,
+    /// Past it, the response is not found (and the scheduler deletes it).
+    pub expires_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Insertable)]
@@ -41,6 +46,9 @@ pub struct NewResponse {
     pub input_items: Value,
     pub conversation: Value,
     pub previous_response_id: Option<String>,
+    pub upstream: Option<String>,
+    /// `None`: the table's default (30 days).
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 pub async fn insert(conn: &mut AsyncPgConnection, new: &NewResponse) -> Result<(), DbError> {
@@ -51,7 +59,7 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewResponse) -> Result<(
     Ok(())
 }
 
-/// The organization's response `id`, if any.
+/// The organization's response `id`, if any (an expired one is none).
 pub async fn find(
     conn: &mut AsyncPgConnection,
     org_id: Uuid,
@@ -60,20 +68,41 @@ pub async fn find(
     Ok(responses::table
         .filter(responses::id.eq(id))
         .filter(responses::org_id.eq(org_id))
+        .filter(responses::expires_at.gt(diesel::dsl::now))
         .select(StoredResponse::as_select())
         .first(conn)
         .await
         .optional()?)
 }
 
-/// Deletes the organization's response `id`; whether there was one.
-pub async fn delete(conn: &mut AsyncPgConnection, org_id: Uuid, id: &str) -> Result<bool, DbError> {
-    let deleted = diesel::delete(
+/// Deletes the organization's response `id` (an expired one is gone
+/// already); the deleted row, if there was one.
+pub async fn delete(
+    conn: &mut AsyncPgConnection,
+    org_id: Uuid,
+    id: &str,
+) -> Result<Option<StoredResponse>, DbError> {
+    Ok(diesel::delete(
         responses::table
             .filter(responses::id.eq(id))
-            .filter(responses::org_id.eq(org_id)),
+            .filter(responses::org_id.eq(org_id))
+            .filter(responses::expires_at.gt(diesel::dsl::now)),
     )
+    .returning(StoredResponse::as_returning())
+    .get_result(conn)
+    .await
+    .optional()?)
+}
+
+/// Deletes at most `limit` expired responses (any organization); how many.
+/// Rows another scheduler is deleting are skipped, not waited for.
+pub async fn delete_expired(conn: &mut AsyncPgConnection, limit: i64) -> Result<usize, DbError> {
+    Ok(diesel::sql_query(
+        "DELETE FROM responses WHERE id IN \
+         (SELECT id FROM responses WHERE expires_at <= now() \
+          ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(limit)
     .execute(conn)
-    .await?;
-    Ok(deleted > 0)
+    .await?)
 }

@@ -12,6 +12,9 @@
 //! - [`stream`]: a chat chunk stream as the typed Responses events, in
 //!   order, with `sequence_number`.
 //! - [`list`]: a page of a response's input items.
+//! - [`native`]: a request passed through to an upstream that speaks the
+//!   Responses API natively: the fields the service reads, the input items
+//!   it stores, what the hold counts.
 //!
 //! Nothing here reads a clock or draws a random number: ids are minted
 //! from a base the caller gives ([`Ids`]), times are passed in.
@@ -20,6 +23,7 @@ mod ids;
 mod invalid;
 pub mod items;
 pub mod list;
+pub mod native;
 pub mod output;
 pub mod request;
 pub mod stream;
