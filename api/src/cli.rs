@@ -197,7 +197,11 @@ pub async fn main() -> anyhow::Result<()> {
     let settings = Settings::load().context("loading configuration")?;
     match cli.command.unwrap_or(Command::Serve { migrate: false }) {
         Command::Serve { migrate } => {
-            let _telemetry = unigen_core::telemetry::init("unigen-api", &settings.telemetry);
+            let _telemetry = unigen_core::telemetry::init_logging(
+                "unigen-api",
+                &settings.telemetry,
+                &settings.log,
+            );
             if migrate {
                 migrate_now(&settings).await?;
             }

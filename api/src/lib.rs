@@ -7,6 +7,7 @@ pub mod cli;
 mod effects;
 mod error;
 mod event_streams;
+mod http_metrics;
 mod idempotency;
 mod job_reads;
 mod key_cache;
@@ -125,6 +126,7 @@ pub async fn spawn(
     );
     let keys = keys.with_usage(key_usage);
     let metrics = Arc::new(metrics::Metrics::new()?);
+    unigen_core::telemetry::metrics::set_models(&settings.models);
     let http_metrics = actix_web_prom::PrometheusMetricsBuilder::new("unigen_http")
         .registry(metrics.registry.clone())
         .mask_unmatched_patterns("UNMATCHED")
@@ -227,6 +229,7 @@ pub async fn spawn(
                     }),
             )
             .wrap(http_metrics.clone())
+            .wrap(actix_web::middleware::from_fn(crate::http_metrics::record))
             .wrap(actix_web::middleware::from_fn(
                 response_headers::response_headers,
             ))

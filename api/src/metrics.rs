@@ -1,11 +1,24 @@
 //! The API's Prometheus metrics. HTTP request counts and latencies come from
 //! actix-web-prom's middleware, registered in the same registry.
 
-use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use std::time::Duration;
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 use unigen_core::domain::Tool;
 use unigen_db::notify::ListenerHub;
 use unigen_db::{PgPool, queries};
 use unigen_jobs::metrics::ListenerMetrics;
+
+/// The OpenTelemetry HTTP conventions' `http.server.request.duration`
+/// buckets (seconds).
+pub const HTTP_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+];
+
+/// The route label of a request that matched no route.
+pub const UNMATCHED: &str = "other";
 
 pub struct Metrics {
     pub registry: Registry,
@@ -13,6 +26,7 @@ pub struct Metrics {
     jobs_submitted: IntCounterVec,
     listener: ListenerMetrics,
     waiters: IntGauge,
+    http_duration: HistogramVec,
 }
 
 impl Metrics {
@@ -40,13 +54,36 @@ impl Metrics {
         registry.register(Box::new(jobs_submitted.clone()))?;
         let listener = ListenerMetrics::register(&registry)?;
         registry.register(Box::new(waiters.clone()))?;
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "http_server_request_duration_seconds",
+                "Duration of HTTP requests served (OpenTelemetry HTTP conventions)",
+            )
+            .buckets(HTTP_DURATION_BUCKETS.to_vec()),
+            &[
+                "http_request_method",
+                "http_route",
+                "http_response_status_code",
+            ],
+        )?;
+        registry.register(Box::new(http_duration.clone()))?;
+        unigen_core::telemetry::metrics::register(&registry)?;
         Ok(Self {
+            http_duration,
             registry,
             jobs,
             jobs_submitted,
             listener,
             waiters,
         })
+    }
+
+    /// One request served: `route` is the route template (or
+    /// [`UNMATCHED`]).
+    pub fn http_request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.http_duration
+            .with_label_values(&[method, route, status.to_string().as_str()])
+            .observe(elapsed.as_secs_f64());
     }
 
     pub fn job_submitted(&self, tool: Tool) {

@@ -14,6 +14,7 @@ use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 
 use crate::load::{self, Pass, Schedule};
+use crate::otlp_sink::{CpuMeter, CpuUse, Sink, SinkCounts, TraceArgs};
 use crate::report::{self, RateResult, Stats};
 
 #[derive(clap::Args)]
@@ -55,6 +56,13 @@ pub struct Args {
     /// and then directly, and has its own table.
     #[arg(long, value_enum, default_value_t = Mode::Plain)]
     mode: Mode,
+    /// Skip the direct passes at the upstream (e.g. when only comparing two
+    /// runs of the gateway, tracing off and on); the upstream columns are then
+    /// 0 and the added ones the api's own latencies.
+    #[arg(long)]
+    no_direct: bool,
+    #[command(flatten)]
+    trace: TraceArgs,
 }
 
 /// What a pass sends and what it times.
@@ -312,9 +320,14 @@ async fn pass(target: &Arc<Target>, schedule: Schedule, timeout: Duration) -> an
 struct Results {
     plain: Option<Vec<RateResult>>,
     stream: Option<Vec<RateResult>>,
+    /// With --cpu-pid: per pass through the API, its rate, streaming, CPU.
+    cpu: Vec<(u32, bool, CpuUse)>,
+    /// With --otlp-sink: what it received.
+    exported: Option<SinkCounts>,
 }
 
 async fn measure(args: &Args) -> anyhow::Result<Results> {
+    let sink = args.trace.otlp_sink.map(Sink::start).transpose()?;
     let timeout = Duration::from_secs(args.timeout);
     let probe = client(1, timeout)?;
     let mut targets = Vec::new();
@@ -329,12 +342,16 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
         );
         // Every check before any load, so a broken stream fails at once.
         api.check(&probe).await?;
-        upstream.check(&probe).await?;
+        if !args.no_direct {
+            upstream.check(&probe).await?;
+        }
         targets.push((stream, Arc::new(api), Arc::new(upstream)));
     }
     let mut results = Results {
         plain: None,
         stream: None,
+        cpu: Vec::new(),
+        exported: None,
     };
     for (stream, api, upstream) in targets {
         let mut per_rate = Vec::new();
@@ -344,8 +361,27 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
                 warmup: Duration::from_secs(args.warmup),
                 duration: Duration::from_secs(args.duration),
             };
+            // The CPU of the whole pass (warm-up included), per request sent.
+            let cpu = CpuMeter::start(&args.trace.cpu_pids)?;
             let through_api = pass(&api, schedule, timeout).await?;
-            let direct = pass(&upstream, schedule, timeout).await?;
+            if let Some(ms) = cpu.stop()? {
+                let used = CpuUse::new(ms, through_api.requests + u64::from(rate) * args.warmup);
+                eprintln!(
+                    "{rate:>5}/s api       CPU {:.3} ms per request",
+                    used.cpu_ms_per_request
+                );
+                results.cpu.push((rate, stream, used));
+            }
+            let direct = if args.no_direct {
+                Pass {
+                    histogram: load::histogram(),
+                    requests: 0,
+                    errors: 0,
+                    lag: load::histogram(),
+                }
+            } else {
+                pass(&upstream, schedule, timeout).await?
+            };
             per_rate.push(RateResult::new(
                 rate,
                 Stats::from_pass(&through_api),
@@ -357,6 +393,9 @@ async fn measure(args: &Args) -> anyhow::Result<Results> {
         } else {
             results.plain = Some(per_rate);
         }
+    }
+    if let Some(sink) = &sink {
+        results.exported = Some(sink.finish(Duration::from_secs(10)).await?);
     }
     Ok(results)
 }
@@ -384,6 +423,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         print!("{}", report::table(stream));
         report["mode"] = json!(args.mode);
         report["ttft_results"] = json!(stream);
+    }
+    if !results.cpu.is_empty() {
+        println!();
+        for (rate, stream, cpu) in &results.cpu {
+            println!(
+                "{rate:>5}/s{}: CPU {:.3} ms per request through the api ({} ms per --cpu-pid)",
+                if *stream { " stream" } else { "" },
+                cpu.cpu_ms_per_request,
+                cpu.cpu_ms
+                    .iter()
+                    .map(|ms| format!("{ms:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            );
+        }
+        report["cpu"] = json!(
+            results
+                .cpu
+                .iter()
+                .map(|(rate, stream, cpu)| json!({ "rate": rate, "stream": stream, "cpu": cpu }))
+                .collect::<Vec<_>>()
+        );
+        report["cpu_pids"] = json!(args.trace.cpu_pids);
+    }
+    if let Some(e) = results.exported {
+        println!(
+            "tracing on: the OTLP sink received {} batches, {} bytes",
+            e.requests, e.bytes
+        );
+        report["otlp_sink"] = json!(e);
     }
     report::write_json(args.json.as_deref(), &report)
 }

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::jobs::{self, Api, ms};
 use crate::load::histogram;
+use crate::otlp_sink::{CpuMeter, CpuUse, Sink, SinkCounts, TraceArgs};
 use crate::report;
 
 #[derive(clap::Args)]
@@ -48,6 +49,8 @@ pub struct Args {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    #[command(flatten)]
+    trace: TraceArgs,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -64,6 +67,9 @@ pub struct PassResult {
     pub added_p50_ms: f64,
     pub added_p90_ms: f64,
     pub added_p99_ms: f64,
+    /// With --cpu-pid: the processes' CPU time during the measured seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
 }
 
 impl PassResult {
@@ -88,6 +94,7 @@ impl PassResult {
             added_p50_ms: added(q(0.5)),
             added_p90_ms: added(q(0.9)),
             added_p99_ms: added(q(0.99)),
+            cpu: None,
         }
     }
 }
@@ -125,6 +132,10 @@ async fn pass(api: &Api, clients: u32, args: &Args) -> anyhow::Result<PassResult
             (h, errors)
         }));
     }
+    tokio::time::sleep_until(measure_from.into()).await;
+    let cpu = CpuMeter::start(&args.trace.cpu_pids)?;
+    tokio::time::sleep_until(end.into()).await;
+    let cpu_ms = cpu.stop()?;
     let mut all = histogram();
     let mut errors = 0;
     for task in tasks {
@@ -132,21 +143,32 @@ async fn pass(api: &Api, clients: u32, args: &Args) -> anyhow::Result<PassResult
         all.add(&h)?;
         errors += e;
     }
-    let result = PassResult::new(
+    let mut result = PassResult::new(
         clients,
         &all,
         errors,
         args.duration as f64,
         args.provider_latency_ms,
     );
+    // The CPU of the measured seconds (read at their end, before the
+    // requests still in flight finished), per request recorded.
+    result.cpu = cpu_ms.map(|ms| CpuUse::new(ms, result.requests));
     eprintln!(
-        "{clients:>5} clients  {} requests, {} errors, p50 {:.3} ms, p99 {:.3} ms",
-        result.requests, result.errors, result.p50_ms, result.p99_ms
+        "{clients:>5} clients  {} requests, {} errors, p50 {:.3} ms, p99 {:.3} ms{}",
+        result.requests,
+        result.errors,
+        result.p50_ms,
+        result.p99_ms,
+        match &result.cpu {
+            Some(c) => format!(", CPU {:.3} ms/request", c.cpu_ms_per_request),
+            None => String::new(),
+        }
     );
     Ok(result)
 }
 
-async fn measure(args: &Args) -> anyhow::Result<Vec<PassResult>> {
+async fn measure(args: &Args) -> anyhow::Result<(Vec<PassResult>, Option<SinkCounts>)> {
+    let sink = args.trace.otlp_sink.map(Sink::start).transpose()?;
     let api = Api::new(&args.api, &args.key, &args.job);
     let probe = jobs::client(1, Duration::from_secs(60))?;
     let response = api
@@ -162,7 +184,11 @@ async fn measure(args: &Args) -> anyhow::Result<Vec<PassResult>> {
     for &clients in &args.clients {
         results.push(pass(&api, clients, args).await?);
     }
-    Ok(results)
+    let exported = match &sink {
+        Some(sink) => Some(sink.finish(Duration::from_secs(10)).await?),
+        None => None,
+    };
+    Ok((results, exported))
 }
 
 pub fn table(results: &[PassResult], provider_ms: u64, job: &jobs::JobArgs) -> String {
@@ -194,6 +220,20 @@ pub fn table(results: &[PassResult], provider_ms: u64, job: &jobs::JobArgs) -> S
             r.added_p99_ms
         );
     }
+    for r in results {
+        if let Some(cpu) = &r.cpu {
+            out += &format!(
+                "{:>7} clients: CPU {:.3} ms per request ({} ms per --cpu-pid)\n",
+                r.clients,
+                cpu.cpu_ms_per_request,
+                cpu.cpu_ms
+                    .iter()
+                    .map(|ms| format!("{ms:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            );
+        }
+    }
     out += &if job.is_default() {
         format!(
             "+pXX = pXX - provider latency ({provider_ms} ms); it includes the local provider's \
@@ -209,8 +249,14 @@ pub fn table(results: &[PassResult], provider_ms: u64, job: &jobs::JobArgs) -> S
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let results = report::block_on(measure(&args))??;
+    let (results, exported) = report::block_on(measure(&args))??;
     print!("{}", table(&results, args.provider_latency_ms, &args.job));
+    if let Some(e) = exported {
+        println!(
+            "tracing on: the OTLP sink received {} batches, {} bytes",
+            e.requests, e.bytes
+        );
+    }
     report::write_json(
         args.json.as_deref(),
         &json!({
@@ -218,6 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "provider_latency_ms": args.provider_latency_ms,
             "duration_seconds": args.duration, "warmup_seconds": args.warmup,
             "results": results,
+            "otlp_sink": exported, "cpu_pids": args.trace.cpu_pids,
         }),
     )
 }

@@ -49,6 +49,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let tick = Duration::from_millis(settings.scheduler.tick_ms.max(10));
     // Shared by the tasks that count things (passed to their constructors).
     let metrics = Arc::new(metrics::SchedulerMetrics::new().context("registering metrics")?);
+    unigen_core::telemetry::metrics::set_models(&settings.models);
     let mut tasks: Vec<Box<dyn Task>> = vec![
         Box::new(tasks::knowledge::KnowledgeFiles::new(
             pool.clone(),
@@ -88,10 +89,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         )),
         Box::new(tasks::billing::Billing::new(
             pool.clone(),
-            notifier,
+            notifier.clone(),
             Duration::from_secs(settings.metering.lease_seconds.max(3)),
         )),
     ];
+    tasks.push(Box::new(tasks::batches::Batches::new(
+        pool.clone(),
+        unigen_core::storage::build_store(&settings.storage).context("configuring storage")?,
+        notifier.clone(),
+    )));
     if settings.jobs.retention_seconds > 0 {
         tasks.push(Box::new(tasks::retention::Retention::new(
             pool.clone(),
@@ -115,6 +121,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     tasks.push(Box::new(tasks::retention::IdempotencyRetention::new(
         pool.clone(),
     )));
+    tasks.push(Box::new(tasks::response_retention::ResponseRetention::new(
+        pool.clone(),
+    )));
     tracing::info!(
         tasks = tasks.len(),
         tick_ms = tick.as_millis() as u64,
@@ -132,6 +141,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         Arc::new(metrics::SchedulerScrape::new(
             metrics.clone(),
             hub.clone(),
+            pool.clone(),
             &settings.rabbitmq.url,
             Topology::new(&settings.rabbitmq),
         )),

@@ -14,8 +14,9 @@ use futures_util::future::BoxFuture;
 use lapin::Channel;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{Gauge, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry};
 use unigen_core::domain::Tool;
+use unigen_db::PgPool;
 use unigen_db::notify::ListenerHub;
 use unigen_jobs::metrics::{ListenerMetrics, Scrape, job_failures, render};
 use unigen_jobs::queue::{SharedConnection, Topology};
@@ -36,6 +37,7 @@ pub struct SchedulerMetrics {
     queue_depth: IntGaugeVec,
     dead_letter_depth: IntGaugeVec,
     queue_consumers: IntGaugeVec,
+    webhook_oldest_pending: Gauge,
     listener: ListenerMetrics,
 }
 
@@ -46,9 +48,9 @@ impl SchedulerMetrics {
         let webhook_attempts = IntCounterVec::new(
             Opts::new(
                 "unigen_webhook_attempts_total",
-                "Webhook delivery attempts, by what recording them settled",
+                "Webhook delivery attempts, by what recording them settled (outcome) and how the POST went (result)",
             ),
-            &["outcome"],
+            &["outcome", "result"],
         )?;
         let webhook_duration = Histogram::with_opts(
             HistogramOpts::new(
@@ -83,6 +85,12 @@ impl SchedulerMetrics {
         registry.register(Box::new(queue_depth.clone()))?;
         registry.register(Box::new(dead_letter_depth.clone()))?;
         registry.register(Box::new(queue_consumers.clone()))?;
+        let webhook_oldest_pending = Gauge::new(
+            "unigen_webhook_oldest_pending_age_seconds",
+            "Age of the oldest pending webhook delivery, 0 when none (read from PostgreSQL at scrape time)",
+        )?;
+        registry.register(Box::new(webhook_oldest_pending.clone()))?;
+        unigen_core::telemetry::metrics::register(&registry)?;
         let listener = ListenerMetrics::register(&registry)?;
         Ok(Self {
             registry,
@@ -92,6 +100,7 @@ impl SchedulerMetrics {
             queue_depth,
             dead_letter_depth,
             queue_consumers,
+            webhook_oldest_pending,
             listener,
         })
     }
@@ -107,11 +116,21 @@ impl SchedulerMetrics {
 
     /// Counts a webhook attempt by the outcome recorded for it
     /// (`succeeded`, `retry_scheduled`, `failed`, `deleted`, `stale`,
-    /// `record_error`) and observes how long its POST took.
-    pub fn webhook_attempt(&self, outcome: &'static str, duration: Duration) {
+    /// `record_error`) and its transport result
+    /// ([`unigen_jobs::webhooks::DeliveryClient::result_label`]), and
+    /// observes how long its POST took.
+    pub fn webhook_attempt(&self, outcome: &'static str, result: &'static str, duration: Duration) {
         // Duration first: a scrape that sees the count sees its duration too.
         self.webhook_duration.observe(duration.as_secs_f64());
-        self.webhook_attempts.with_label_values(&[outcome]).inc();
+        self.webhook_attempts
+            .with_label_values(&[outcome, result])
+            .inc();
+    }
+
+    /// A job the scheduler failed or cancelled, in
+    /// `unigen_jobs_finished_total` (after the commit that wrote it).
+    pub fn job_finished(&self, tool: &str, model: &str, status: &'static str) {
+        unigen_core::telemetry::metrics::job_finished(tool, model, status);
     }
 
     /// Brings the read-at-scrape-time gauges up to date.
@@ -126,6 +145,21 @@ impl SchedulerMetrics {
             .is_err()
         {
             tracing::debug!("reading queue depths timed out");
+        }
+    }
+
+    /// `unigen_webhook_oldest_pending_age_seconds`; left as it was when
+    /// the database does not answer within [`BROKER_READ_TIMEOUT`].
+    async fn read_webhook_backlog(&self, pool: &PgPool) {
+        let read = async {
+            let mut conn = pool.get().await.ok()?;
+            unigen_db::queries::webhooks::oldest_pending_age_seconds(&mut conn)
+                .await
+                .ok()
+        };
+        match tokio::time::timeout(BROKER_READ_TIMEOUT, read).await {
+            Ok(Some(seconds)) => self.webhook_oldest_pending.set(seconds),
+            _ => tracing::debug!("reading the webhook backlog's age failed"),
         }
     }
 
@@ -210,6 +244,7 @@ impl Broker {
 pub(crate) struct SchedulerScrape {
     metrics: Arc<SchedulerMetrics>,
     hub: ListenerHub,
+    pool: PgPool,
     broker: Broker,
 }
 
@@ -217,12 +252,14 @@ impl SchedulerScrape {
     pub fn new(
         metrics: Arc<SchedulerMetrics>,
         hub: ListenerHub,
+        pool: PgPool,
         rabbitmq_url: &str,
         topology: Topology,
     ) -> Self {
         Self {
             metrics,
             hub,
+            pool,
             broker: Broker {
                 connection: SharedConnection::new(rabbitmq_url, "unigen-scheduler-metrics"),
                 topology,
@@ -235,6 +272,7 @@ impl Scrape for SchedulerScrape {
     fn scrape(&self) -> BoxFuture<'_, String> {
         Box::pin(async {
             self.metrics.refresh(&self.hub, &self.broker).await;
+            self.metrics.read_webhook_backlog(&self.pool).await;
             render(&self.metrics.registry)
         })
     }

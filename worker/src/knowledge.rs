@@ -45,8 +45,22 @@ impl KnowledgeWorker {
 }
 
 /// Consumes the `knowledge` queue until `shutdown`, reconnecting with backoff.
-/// A knowledge message: claim the file, ack, process it.
+/// A knowledge message: claim the file, ack, process it, in the delivery's
+/// CONSUMER span `process jobs.knowledge` (tracing on), parented on the
+/// context the message carries.
 pub(crate) async fn handle_delivery(
+    context: &WorkerContext,
+    worker: &KnowledgeWorker,
+    delivery: Delivery,
+    hard_stop: CancellationToken,
+) {
+    let span = crate::trace::process_span(context, unigen_jobs::queue::KNOWLEDGE_QUEUE, &delivery);
+    handle_message(context, worker, delivery, hard_stop)
+        .instrument(span)
+        .await
+}
+
+async fn handle_message(
     context: &WorkerContext,
     worker: &KnowledgeWorker,
     delivery: Delivery,

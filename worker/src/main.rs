@@ -9,7 +9,8 @@ struct Args {
     /// Comma-separated tools to consume (default from config `worker.tools`).
     #[arg(long, env = "UNIGEN_WORKER_TOOLS")]
     tools: Option<String>,
-    /// Jobs run at once per tool (default from config `worker.concurrency`).
+    /// Jobs run at once per tool and kind, every budget (default: config
+    /// `worker.concurrency`, 0 = each tool sized by its work).
     #[arg(long, env = "UNIGEN_WORKER_CONCURRENCY")]
     concurrency: Option<usize>,
 }
@@ -28,7 +29,8 @@ async fn main() -> anyhow::Result<()> {
     if let Some(concurrency) = args.concurrency {
         settings.worker.concurrency = concurrency.max(1);
     }
-    let _telemetry = unigen_core::telemetry::init("unigen-worker", &settings.telemetry);
+    let _telemetry =
+        unigen_core::telemetry::init_logging("unigen-worker", &settings.telemetry, &settings.log);
     let shutdown = CancellationToken::new();
     tokio::spawn(unigen_core::telemetry::shutdown_on_signal(shutdown.clone()));
     unigen_worker::run(settings, shutdown).await

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Registry};
 use unigen_core::domain::Tool;
+use unigen_core::telemetry::metrics;
 use unigen_db::notify::ListenerHub;
 use unigen_jobs::metrics::{ListenerMetrics, Scrape, job_failures, render};
 
@@ -19,6 +20,8 @@ const JOB_DURATION_BUCKETS: &[f64] = &[
 pub(crate) struct WorkerMetrics {
     registry: Registry,
     job_duration: HistogramVec,
+    queue_wait: HistogramVec,
+    run: HistogramVec,
     job_failures: IntCounterVec,
     listener: ListenerMetrics,
 }
@@ -37,12 +40,40 @@ impl WorkerMetrics {
         let job_failures = job_failures(&registry)?;
         registry.register(Box::new(job_duration.clone()))?;
         let listener = ListenerMetrics::register(&registry)?;
+        let queue_wait = HistogramVec::new(
+            HistogramOpts::new(
+                "unigen_job_queue_wait_seconds",
+                "Time from a job's submission to a worker starting its first attempt",
+            )
+            .buckets(JOB_DURATION_BUCKETS.to_vec()),
+            &["tool"],
+        )?;
+        let run = HistogramVec::new(
+            HistogramOpts::new(
+                "unigen_job_run_seconds",
+                "Run time of job attempts that reached a terminal state",
+            )
+            .buckets(JOB_DURATION_BUCKETS.to_vec()),
+            &["tool"],
+        )?;
+        registry.register(Box::new(queue_wait.clone()))?;
+        registry.register(Box::new(run.clone()))?;
+        unigen_core::telemetry::metrics::register(&registry)?;
         Ok(Self {
             registry,
             job_duration,
+            queue_wait,
+            run,
             job_failures,
             listener,
         })
+    }
+
+    /// A job's first attempt started, `waited` after its submission.
+    pub fn job_started(&self, tool: Tool, waited: Duration) {
+        self.queue_wait
+            .with_label_values(&[tool.as_str()])
+            .observe(waited.as_secs_f64());
     }
 
     /// A job's result was written.
@@ -50,6 +81,10 @@ impl WorkerMetrics {
         self.job_duration
             .with_label_values(&[tool.as_str(), model, "completed"])
             .observe(elapsed.as_secs_f64());
+        self.run
+            .with_label_values(&[tool.as_str()])
+            .observe(elapsed.as_secs_f64());
+        metrics::job_finished(tool.as_str(), model, metrics::job_status::COMPLETED);
     }
 
     /// A job's failure was written; `reason` from [`crate::error::ToolError::reason`].
@@ -57,6 +92,10 @@ impl WorkerMetrics {
         self.job_duration
             .with_label_values(&[tool.as_str(), model, "failed"])
             .observe(elapsed.as_secs_f64());
+        self.run
+            .with_label_values(&[tool.as_str()])
+            .observe(elapsed.as_secs_f64());
+        metrics::job_finished(tool.as_str(), model, metrics::job_status::FAILED);
         self.job_failures
             .with_label_values(&[tool.as_str(), reason])
             .inc();

@@ -6,6 +6,7 @@ use lapin::message::Delivery;
 use tracing::{Instrument, Span};
 use unigen_core::ProviderError;
 use unigen_core::config::ModelEntry;
+use unigen_core::telemetry::metrics::{GenAiLabels, Timed};
 use unigen_core::telemetry::{self, semconv, spans};
 
 use crate::WorkerContext;
@@ -57,18 +58,31 @@ pub(crate) fn record_prompt(span: &Span, prompt: &str) {
     spans::gen_ai_content(span, Some(&messages.to_string()), None);
 }
 
-/// Runs one provider attempt in `span`, recording its outcome: the
-/// response model on success (the in-process provider answers as the
-/// requested model), `error.type` on failure.
+/// Runs one provider attempt of `model` in `span`, recording its outcome:
+/// the response model on success (the in-process provider answers as the
+/// requested model), `error.type` on failure; and its duration in
+/// `gen_ai_client_operation_duration_seconds` (with tracing on or off).
 pub(crate) async fn call<T>(
     span: Span,
+    model: &ModelEntry,
     response_model: Option<&str>,
     attempt: impl Future<Output = Result<T, ProviderError>>,
 ) -> Result<T, ProviderError> {
+    let timed = Timed::start(GenAiLabels::new(
+        semconv::operation::GENERATE_CONTENT,
+        &model.adapter,
+        &model.id,
+    ));
     let result = attempt.instrument(span.clone()).await;
     match &result {
-        Ok(_) => spans::gen_ai_response(&span, response_model, None, None, None),
-        Err(err) => spans::fail(&span, spans::provider_error_type(err)),
+        Ok(_) => {
+            timed.finish("");
+            spans::gen_ai_response(&span, response_model, None, None, None);
+        }
+        Err(err) => {
+            timed.finish(spans::provider_error_type(err));
+            spans::fail(&span, spans::provider_error_type(err));
+        }
     }
     result
 }

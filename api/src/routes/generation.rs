@@ -289,6 +289,8 @@ pub async fn run(
         })
         .await?;
     state.metrics.job_submitted(generation.tool);
+    // With the request's id (its span) and the trace's (tracing on).
+    tracing::info!(job_id = %job.id, tool = %generation.tool, "job submitted");
     caller.effects.job_submitted(|| {
         serde_json::to_vec(&AsyncJobCreated::from(&job))
             .ok()
@@ -299,7 +301,14 @@ pub async fn run(
         Delivery::Wait(seconds) => Duration::from_secs(seconds),
         Delivery::Sync => state.limits.sync_wait,
     };
-    let (job, balances) = wait_within(state, caller.org_id, &job, limit).await?;
+    // The wait is the job's (queue and worker), not the gateway's overhead.
+    let (job, balances) = unigen_core::telemetry::metrics::waiting_on_upstream(wait_within(
+        state,
+        caller.org_id,
+        &job,
+        limit,
+    ))
+    .await?;
     match job.status.parse::<JobStatus>() {
         Ok(JobStatus::Completed) => {
             let credits_used = job.actual_credits.unwrap_or(0);

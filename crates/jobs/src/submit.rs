@@ -363,15 +363,31 @@ pub async fn cancel(
     org_id: Uuid,
     id: Uuid,
 ) -> Result<queries::jobs::CancelOutcome, DbError> {
-    conn.transaction::<_, DbError, _>(async |conn| {
-        let outcome = queries::jobs::cancel(conn, org_id, id).await?;
-        if let queries::jobs::CancelOutcome::Cancelled(job) = &outcome {
-            let record = unigen_db::billing::job_usage_record(job, "cancelled");
-            queries::billing::release(conn, id, Some(record)).await?;
-        }
-        Ok(outcome)
-    })
-    .await
+    let outcome = conn
+        .transaction::<_, DbError, _>(async |conn| {
+            let outcome = queries::jobs::cancel(conn, org_id, id).await?;
+            if let queries::jobs::CancelOutcome::Cancelled(job) = &outcome {
+                let record = unigen_db::billing::job_usage_record(job, "cancelled");
+                queries::billing::release(conn, id, Some(record)).await?;
+            }
+            Ok(outcome)
+        })
+        .await?;
+    if let queries::jobs::CancelOutcome::Cancelled(job) = &outcome {
+        count_cancelled(std::slice::from_ref(job));
+    }
+    Ok(outcome)
+}
+
+/// `unigen_jobs_finished_total{status="cancelled"}`, after the commit.
+fn count_cancelled(jobs: &[Job]) {
+    for job in jobs {
+        unigen_core::telemetry::metrics::job_finished(
+            &job.tool,
+            &job.model,
+            unigen_core::telemetry::metrics::job_status::CANCELLED,
+        );
+    }
 }
 
 /// Cancels unfinished jobs whose `Cancel-After` deadline passed, at most
@@ -383,12 +399,15 @@ pub async fn cancel_past_deadline(
     conn: &mut AsyncPgConnection,
     limit: i64,
 ) -> Result<Vec<Job>, DbError> {
-    conn.transaction::<_, DbError, _>(async |conn| {
-        let mut cancelled = queries::jobs::cancel_past_deadline(conn, limit).await?;
-        record_deadline_cancellations(conn, &mut cancelled).await?;
-        Ok(cancelled)
-    })
-    .await
+    let cancelled = conn
+        .transaction::<_, DbError, _>(async |conn| {
+            let mut cancelled = queries::jobs::cancel_past_deadline(conn, limit).await?;
+            record_deadline_cancellations(conn, &mut cancelled).await?;
+            Ok(cancelled)
+        })
+        .await?;
+    count_cancelled(&cancelled);
+    Ok(cancelled)
 }
 
 /// [`cancel_past_deadline`] for one job of the organization (a sync request
@@ -399,12 +418,15 @@ pub async fn cancel_one_past_deadline(
     org_id: Uuid,
     id: Uuid,
 ) -> Result<Option<Job>, DbError> {
-    conn.transaction::<_, DbError, _>(async |conn| {
-        let mut cancelled = queries::jobs::cancel_one_past_deadline(conn, org_id, id).await?;
-        record_deadline_cancellations(conn, &mut cancelled).await?;
-        Ok(cancelled.pop())
-    })
-    .await
+    let cancelled = conn
+        .transaction::<_, DbError, _>(async |conn| {
+            let mut cancelled = queries::jobs::cancel_one_past_deadline(conn, org_id, id).await?;
+            record_deadline_cancellations(conn, &mut cancelled).await?;
+            Ok(cancelled.pop())
+        })
+        .await?;
+    count_cancelled(cancelled.as_slice());
+    Ok(cancelled)
 }
 
 /// The events and the released reservations of jobs just cancelled at their

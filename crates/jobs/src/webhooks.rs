@@ -41,6 +41,11 @@ pub const EVENT_KINDS: &[&str] = &[
     "team.member.added",
     "team.member.removed",
     "team.member.role_changed",
+    // The end of an OpenAI-style batch (`crate::batches::ended_event`).
+    "batch.completed",
+    "batch.failed",
+    "batch.expired",
+    "batch.cancelled",
 ];
 
 pub use unigen_db::events::TEST_EVENT;
@@ -449,6 +454,30 @@ impl DeliveryClient {
             retry_after,
             body: String::from_utf8_lossy(&kept).into_owned(),
         })
+    }
+
+    /// The transport result of an attempt, a bounded label:
+    /// `success` (2xx), `http_error` (another status), `timeout`,
+    /// `connect_error`, `blocked` (the URL was refused before sending: a
+    /// private address, plain http to a public host, an invalid URL) or
+    /// `other`. Read from what [`Self::attempt`] wrote.
+    pub fn result_label(outcome: &AttemptOutcome) -> &'static str {
+        match (outcome.status_code, outcome.error.as_deref()) {
+            (Some(status), _) if (200..300).contains(&status) => "success",
+            (Some(_), _) => "http_error",
+            (None, Some(error)) if error.starts_with("timed out") => "timeout",
+            (None, Some("connection failed")) => "connect_error",
+            (
+                None,
+                Some(
+                    "the host resolves to no public address"
+                    | "the URL points to a private or loopback address"
+                    | "a public webhook URL must use https"
+                    | "invalid URL",
+                ),
+            ) => "blocked",
+            _ => "other",
+        }
     }
 
     fn describe(&self, err: &reqwest::Error) -> String {

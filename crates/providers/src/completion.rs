@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use tracing::{Instrument, Span};
 use unigen_core::config::ModelEntry;
 use unigen_core::domain::ModelCategory;
+use unigen_core::telemetry::metrics::{GenAiLabels, Timed};
 use unigen_core::telemetry::semconv::operation::CHAT;
 use unigen_core::telemetry::semconv::output_type::TEXT;
 use unigen_core::telemetry::{self, spans};
@@ -144,14 +145,19 @@ impl ChatService {
         if !Self::streams_upstream(model) {
             // The in-process test model: one GenAI span, no network call.
             let span = fallback::gen_ai_span(model, CHAT, TEXT, params.stream, None);
+            let timed = Timed::start(GenAiLabels::new(CHAT, &model.adapter, &model.id));
             if let Err(err) = self
                 .local
                 .simulate_conditions()
                 .instrument(span.clone())
                 .await
             {
+                timed.finish(spans::provider_error_type(&err));
                 spans::fail(&span, spans::provider_error_type(&err));
                 return Err(ChatError::Upstream(err.to_string()));
+            }
+            if params.stream {
+                timed.labels().first_chunk(timed.elapsed());
             }
             let reply = answer(params);
             let answer = Answer {
@@ -172,6 +178,11 @@ impl ChatService {
                     .map(|c| (c.deltas, c.finish_reason.to_owned()))
                     .collect(),
             };
+            timed.labels().tokens(
+                Some(u64::from(answer.prompt_tokens)),
+                Some(u64::from(answer.completion_tokens)),
+            );
+            timed.finish("");
             if !span.is_disabled() {
                 spans::gen_ai_response(
                     &span,
@@ -207,6 +218,8 @@ impl ChatService {
                 async move { client.chat(body).await }
             },
             |attempt, answer| {
+                let tokens = |key: &str| answer["usage"][key].as_u64();
+                attempt.tokens(tokens("prompt_tokens"), tokens("completion_tokens"));
                 fallback::record_completion(&attempt.span, &answer);
                 record_content(&attempt.span, &body["messages"], Some(&answer["choices"]));
                 answer
@@ -291,11 +304,42 @@ impl ChatService {
         body: &Value,
         headers: &[(String, String)],
     ) -> Result<Value, ProviderError> {
-        fallback::in_order(model, self.providers.messages(model), |client| async move {
-            client.messages(body, headers).await
-        })
+        fallback::in_order_traced(
+            model,
+            self.providers.messages(model),
+            &self.messages_traced(false),
+            |client| async move { client.messages(body, headers).await },
+            |attempt, answer| {
+                let usage = &answer["usage"];
+                let (input, output) = (
+                    usage["input_tokens"].as_i64(),
+                    usage["output_tokens"].as_i64(),
+                );
+                attempt.tokens(input.map(|n| n as u64), output.map(|n| n as u64));
+                spans::gen_ai_response(
+                    &attempt.span,
+                    answer["model"].as_str(),
+                    answer["id"].as_str(),
+                    input,
+                    output,
+                );
+                record_content(&attempt.span, &body["messages"], Some(&answer["content"]));
+                answer
+            },
+        )
         .await
         .map_err(no_upstream)
+    }
+
+    /// The GenAI CLIENT spans and metrics of Messages API calls (the
+    /// conventions' `chat` operation).
+    fn messages_traced(&self, stream: bool) -> fallback::Traced<'_> {
+        fallback::Traced {
+            operation: CHAT,
+            output_type: TEXT,
+            stream,
+            providers: &self.providers,
+        }
     }
 
     /// The stream of [`ChatService::messages`]: Anthropic's events as sent.
@@ -305,11 +349,98 @@ impl ChatService {
         body: &Value,
         headers: &[(String, String)],
     ) -> Result<ChunkStream, ProviderError> {
-        fallback::in_order(model, self.providers.messages(model), |client| async move {
-            client.messages_stream(body, headers).await
-        })
+        fallback::in_order_traced(
+            model,
+            self.providers.messages(model),
+            &self.messages_traced(true),
+            |client| async move { client.messages_stream(body, headers).await },
+            |attempt, stream| {
+                record_content(&attempt.span, &body["messages"], None);
+                fallback::traced_stream(attempt, stream)
+            },
+        )
         .await
         .map_err(no_upstream)
+    }
+
+    /// Whether `model`'s upstreams speak OpenAI's Responses API natively
+    /// (`openai` / `azure-openai` upstreams with `responses = true`).
+    pub fn speaks_responses(&self, model: &ModelEntry) -> bool {
+        !self.providers.responses(model).is_empty()
+    }
+
+    /// The model's Responses upstreams in the order they are tried, or only
+    /// `pinned` (the upstream holding a continued response) when given.
+    fn responses_upstreams(
+        &self,
+        model: &ModelEntry,
+        pinned: Option<&str>,
+    ) -> Vec<(String, Arc<dyn crate::registry::ResponsesUpstream>)> {
+        let mut upstreams = self.providers.responses(model);
+        if let Some(pinned) = pinned {
+            upstreams.retain(|(name, _)| name == pinned);
+        }
+        upstreams
+    }
+
+    /// Whether `upstream` is one of `model`'s Responses upstreams.
+    pub fn responses_upstream_serves(&self, model: &ModelEntry, upstream: &str) -> bool {
+        !self.responses_upstreams(model, Some(upstream)).is_empty()
+    }
+
+    /// A Responses request (`body`, with the upstream's model name) sent
+    /// unchanged to the model's Responses upstreams (or only `pinned`), with
+    /// fallbacks; the upstream that answered and its `response`.
+    pub async fn responses(
+        &self,
+        model: &ModelEntry,
+        body: &Value,
+        pinned: Option<&str>,
+    ) -> Result<(String, Value), ProviderError> {
+        fallback::in_order(
+            model,
+            self.responses_upstreams(model, pinned)
+                .into_iter()
+                .map(|(name, client)| (name.clone(), (name, client)))
+                .collect(),
+            |(name, client)| async move { client.responses(body).await.map(|r| (name, r)) },
+        )
+        .await
+        .map_err(no_upstream)
+    }
+
+    /// The stream of [`ChatService::responses`]: the upstream that answered
+    /// and OpenAI's typed events as sent.
+    pub async fn responses_stream(
+        &self,
+        model: &ModelEntry,
+        body: &Value,
+        pinned: Option<&str>,
+    ) -> Result<(String, ChunkStream), ProviderError> {
+        fallback::in_order(
+            model,
+            self.responses_upstreams(model, pinned)
+                .into_iter()
+                .map(|(name, client)| (name.clone(), (name, client)))
+                .collect(),
+            |(name, client)| async move { client.responses_stream(body).await.map(|s| (name, s)) },
+        )
+        .await
+        .map_err(no_upstream)
+    }
+
+    /// Deletes response `id` on `upstream` (the one that stored it), if it
+    /// is still one of the model's Responses upstreams.
+    pub async fn delete_upstream_response(
+        &self,
+        model: &ModelEntry,
+        upstream: &str,
+        id: &str,
+    ) -> Result<(), ProviderError> {
+        match self.responses_upstreams(model, Some(upstream)).first() {
+            Some((_, client)) => client.delete_response(id).await,
+            None => Ok(()),
+        }
     }
 
     async fn ground_in_search_results(&self, params: &mut ChatParams) -> Result<(), ChatError> {

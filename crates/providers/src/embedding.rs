@@ -5,6 +5,7 @@ use serde_json::json;
 use tracing::Instrument;
 use unigen_core::ProviderError;
 use unigen_core::config::ModelEntry;
+use unigen_core::telemetry::metrics::{GenAiLabels, Timed};
 use unigen_core::telemetry::semconv::operation::EMBEDDINGS;
 use unigen_core::telemetry::spans;
 
@@ -39,16 +40,20 @@ impl EmbeddingService {
         if model.adapter == "local" {
             // The in-process test model: one GenAI span, no network call.
             let span = fallback::gen_ai_span(model, EMBEDDINGS, "", false, None);
+            let timed = Timed::start(GenAiLabels::new(EMBEDDINGS, &model.adapter, &model.id));
             if let Err(err) = self
                 .local
                 .simulate_conditions()
                 .instrument(span.clone())
                 .await
             {
+                timed.finish(spans::provider_error_type(&err));
                 spans::fail(&span, spans::provider_error_type(&err));
                 return Err(err);
             }
             let tokens = i64::from(params.inputs.token_count());
+            timed.labels().tokens(Some(tokens as u64), None);
+            timed.finish("");
             spans::gen_ai_response(
                 &span,
                 Some(model.upstream_model.as_deref().unwrap_or(&model.id)),
@@ -101,6 +106,7 @@ impl EmbeddingService {
                 let tokens = answer
                     .prompt_tokens
                     .unwrap_or_else(|| params.inputs.token_count());
+                attempt.tokens(Some(u64::from(tokens)), None);
                 spans::gen_ai_response(&attempt.span, None, None, Some(i64::from(tokens)), None);
                 answer
             },

@@ -5,6 +5,11 @@
 //! [`in_order_traced`] puts each attempt in a GenAI CLIENT span of its own
 //! (issue 37), so fallbacks are visible (an upstream's own retries are
 //! events of its span). With tracing off no span is built.
+//!
+//! Each traced attempt is also measured (`gen_ai_client_*` series of
+//! [`unigen_core::telemetry::metrics`]), with tracing on or off: its
+//! duration (a stream's until it ends), its tokens and a stream's time to
+//! first chunk.
 
 use std::time::Instant;
 
@@ -12,6 +17,7 @@ use futures_util::Stream;
 use tracing::{Instrument, Span};
 use unigen_core::ProviderError;
 use unigen_core::config::ModelEntry;
+use unigen_core::telemetry::metrics::{GenAiLabels, Timed};
 use unigen_core::telemetry::{self, semconv, spans};
 
 use crate::registry::{ChunkStream, Providers};
@@ -41,10 +47,24 @@ pub struct Traced<'a> {
     pub providers: &'a Providers,
 }
 
-/// One attempt's span and when it started.
+/// One attempt's span, when it started, and its metrics' labels (`None`
+/// for an untraced loop).
 pub struct Attempt {
     pub span: Span,
     pub started: Instant,
+    pub metrics: Option<GenAiLabels>,
+    /// A stream's timer, which its [`traced_stream`] finishes.
+    stream_timer: Option<Timed>,
+}
+
+impl Attempt {
+    /// Records the tokens an answer used (its metrics; the span's are
+    /// recorded with the response).
+    pub fn tokens(&self, input: Option<u64>, output: Option<u64>) {
+        if let Some(labels) = &self.metrics {
+            labels.tokens(input, output);
+        }
+    }
 }
 
 /// [`in_order`] with each attempt in a GenAI CLIENT span: a failure is
@@ -81,10 +101,39 @@ where
             Some(traced) if telemetry::enabled() => attempt_span(model, &name, traced),
             _ => Span::none(),
         };
+        let timed = traced.map(|traced| {
+            Timed::start(GenAiLabels::new(
+                traced.operation,
+                &model.adapter,
+                &model.id,
+            ))
+        });
         let started = Instant::now();
         match call(client).instrument(span.clone()).await {
-            Ok(value) => return Ok(done(Attempt { span, started }, value)),
+            Ok(value) => {
+                let metrics = timed.as_ref().map(|timed| timed.labels().clone());
+                // A stream's attempt is timed until the stream ends
+                // ([`traced_stream`]).
+                let stream_timer = match timed {
+                    Some(timed) if traced.is_some_and(|traced| traced.stream) => Some(timed),
+                    Some(timed) => {
+                        timed.finish("");
+                        None
+                    }
+                    None => None,
+                };
+                let attempt = Attempt {
+                    span,
+                    started,
+                    metrics,
+                    stream_timer,
+                };
+                return Ok(done(attempt, value));
+            }
             Err(err) => {
+                if let Some(timed) = timed {
+                    timed.finish(spans::provider_error_type(&err));
+                }
                 spans::fail(&span, spans::provider_error_type(&err));
                 tracing::warn!(model = %model.id, upstream = %name, error = %err, "upstream failed; trying the next");
                 last = Some(err);
@@ -143,9 +192,11 @@ pub fn record_completion(span: &Span, answer: &serde_json::Value) {
 
 /// A chunk stream that keeps its attempt's span until it ends or is
 /// dropped, recording the time to the first chunk, the response's id and
-/// model, the usage chunk, and a failure mid-stream.
+/// model, the usage chunk, and a failure mid-stream; and the attempt's
+/// metrics (its duration ends with the stream). Chat completion chunks and
+/// Anthropic's Messages events (`message_start`, `message_delta`) alike.
 pub fn traced_stream(attempt: Attempt, stream: ChunkStream) -> ChunkStream {
-    if attempt.span.is_disabled() {
+    if attempt.span.is_disabled() && attempt.stream_timer.is_none() {
         return stream;
     }
     Box::pin(TracedStream {
@@ -161,6 +212,53 @@ struct TracedStream {
     first: bool,
 }
 
+impl TracedStream {
+    fn first_chunk(&self, chunk: &serde_json::Value) {
+        let elapsed = self.attempt.started.elapsed();
+        if let Some(labels) = &self.attempt.metrics {
+            labels.first_chunk(elapsed);
+        }
+        let span = &self.attempt.span;
+        spans::gen_ai_first_chunk(span, elapsed);
+        // Anthropic's `message_start` carries the message.
+        let message = if chunk["message"].is_object() {
+            &chunk["message"]
+        } else {
+            chunk
+        };
+        spans::gen_ai_response(
+            span,
+            message["model"].as_str(),
+            message["id"].as_str(),
+            None,
+            None,
+        );
+    }
+
+    fn usage(&self, chunk: &serde_json::Value) {
+        let span = &self.attempt.span;
+        match chunk["type"].as_str() {
+            Some("message_start") => {
+                let input = chunk["message"]["usage"]["input_tokens"].as_i64();
+                self.attempt.tokens(input.map(|n| n as u64), None);
+                spans::gen_ai_response(span, None, None, input, None);
+            }
+            Some("message_delta") => {
+                let output = chunk["usage"]["output_tokens"].as_i64();
+                self.attempt.tokens(None, output.map(|n| n as u64));
+                spans::gen_ai_response(span, None, None, None, output);
+            }
+            _ if chunk["usage"].is_object() => {
+                let tokens = |key: &str| chunk["usage"][key].as_u64();
+                self.attempt
+                    .tokens(tokens("prompt_tokens"), tokens("completion_tokens"));
+                record_completion(span, chunk);
+            }
+            _ => {}
+        }
+    }
+}
+
 impl Stream for TracedStream {
     type Item = Result<serde_json::Value, ProviderError>;
 
@@ -173,28 +271,26 @@ impl Stream for TracedStream {
             let _entered = this.attempt.span.enter();
             this.inner.as_mut().poll_next(cx)
         };
-        let span = &this.attempt.span;
         match &polled {
             std::task::Poll::Ready(Some(Ok(chunk))) => {
                 if this.first {
                     this.first = false;
-                    spans::gen_ai_first_chunk(span, this.attempt.started.elapsed());
-                    spans::gen_ai_response(
-                        span,
-                        chunk["model"].as_str(),
-                        chunk["id"].as_str(),
-                        None,
-                        None,
-                    );
+                    this.first_chunk(chunk);
                 }
-                if chunk["usage"].is_object() {
-                    record_completion(span, chunk);
-                }
+                this.usage(chunk);
             }
             std::task::Poll::Ready(Some(Err(err))) => {
-                spans::fail(span, spans::provider_error_type(err));
+                spans::fail(&this.attempt.span, spans::provider_error_type(err));
+                if let Some(timer) = this.attempt.stream_timer.take() {
+                    timer.finish(spans::provider_error_type(err));
+                }
             }
-            _ => {}
+            std::task::Poll::Ready(None) => {
+                if let Some(timer) = this.attempt.stream_timer.take() {
+                    timer.finish("");
+                }
+            }
+            std::task::Poll::Pending => {}
         }
         polled
     }

@@ -29,6 +29,7 @@ use crate::registry::{Capability, Providers};
 use unigen_core::ProviderError;
 use unigen_core::config::{LocalProviderSettings, UpstreamSettings};
 use unigen_core::domain::ModelCategory;
+use unigen_core::telemetry::metrics::{GenAiLabels, Timed};
 
 pub use crate::turn::{
     ToolCall, ToolSpec, Turn, TurnRequest, parse_arguments, tool_result_message,
@@ -75,16 +76,27 @@ impl ChatModels {
                     false,
                     None,
                 );
+                let timed = Timed::start(GenAiLabels::new(
+                    unigen_core::telemetry::semconv::operation::CHAT,
+                    &model.adapter,
+                    &model.id,
+                ));
                 let simulated = self
                     .local
                     .simulate_conditions()
                     .instrument(span.clone())
                     .await;
-                if let Err(err) = &simulated {
-                    spans::fail(&span, spans::provider_error_type(err));
+                if let Err(err) = simulated {
+                    spans::fail(&span, spans::provider_error_type(&err));
+                    timed.finish(spans::provider_error_type(&err));
+                    return Err(err);
                 }
-                simulated?;
                 let turn = chat::directive_turn(request.messages, request.max_tokens);
+                timed.labels().tokens(
+                    Some(u64::from(turn.prompt_tokens)),
+                    Some(u64::from(turn.completion_tokens)),
+                );
+                timed.finish("");
                 spans::gen_ai_response(
                     &span,
                     Some(model.upstream_model.as_deref().unwrap_or(&model.id)),
@@ -131,7 +143,13 @@ impl ChatModels {
                     parse_turn(&answer, request)
                 }
             },
-            |_, turn| turn,
+            |attempt, turn| {
+                attempt.tokens(
+                    Some(u64::from(turn.prompt_tokens)),
+                    Some(u64::from(turn.completion_tokens)),
+                );
+                turn
+            },
         )
         .await
         .map_err(|last| {

@@ -113,6 +113,11 @@ impl DeadLetters {
         }
         for job in &failed {
             self.metrics.job_failed(&job.tool, "dead_lettered");
+            self.metrics.job_finished(
+                &job.tool,
+                &job.model,
+                unigen_core::telemetry::metrics::job_status::FAILED,
+            );
             tracing::warn!(job.id = %job.id, tool = %job.tool, attempt = job.attempt, "job message dead-lettered; job failed");
             self.notifier.job_changed(job.id);
         }

@@ -63,6 +63,11 @@ impl Deadlines {
         }
         for job in &failed {
             self.metrics.job_failed(&job.tool, "deadline_exceeded");
+            self.metrics.job_finished(
+                &job.tool,
+                &job.model,
+                unigen_core::telemetry::metrics::job_status::FAILED,
+            );
             tracing::warn!(job.id = %job.id, tool = %job.tool, attempt = job.attempt, error = job.error_message.as_deref(), "job past its deadline; failed");
             self.notifier.job_changed(job.id);
         }

@@ -49,6 +49,11 @@ impl LeaseRescue {
             .await?;
         for job in rescued.iter().filter(|job| job.status == "failed") {
             self.metrics.job_failed(&job.tool, "worker_lost");
+            self.metrics.job_finished(
+                &job.tool,
+                &job.model,
+                unigen_core::telemetry::metrics::job_status::FAILED,
+            );
         }
         if rescued.iter().any(|job| job.status == "failed") {
             self.notifier.events_recorded();

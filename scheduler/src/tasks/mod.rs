@@ -1,10 +1,12 @@
 pub mod agent_runs;
+pub mod batches;
 pub mod billing;
 pub mod dead_letters;
 pub mod deadlines;
 pub mod knowledge;
 pub mod lease_rescue;
 pub mod relay;
+pub mod response_retention;
 pub mod retention;
 pub mod webhooks;
 

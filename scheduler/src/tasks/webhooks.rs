@@ -166,7 +166,11 @@ async fn attempt(
         queries::record_attempt(&mut conn, &delivery, started_at, &outcome, &settings).await
     }
     .await;
-    metrics.webhook_attempt(outcome_label(&recorded), outcome.duration);
+    metrics.webhook_attempt(
+        outcome_label(&recorded),
+        DeliveryClient::result_label(&outcome),
+        outcome.duration,
+    );
     let duration_ms = outcome.duration.as_millis() as u64;
     let status_code = outcome.status_code;
     let error = outcome.error.as_deref();

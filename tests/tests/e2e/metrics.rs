@@ -242,7 +242,7 @@ async fn the_scheduler_counts_jobs_given_up_on_and_webhook_attempts_by_outcome()
     let metrics = scrape_until(
         &app,
         &scheduler_addr,
-        "unigen_webhook_attempts_total{outcome=\"succeeded\"} 1",
+        "unigen_webhook_attempts_total{outcome=\"succeeded\",result=\"success\"} 1",
     )
     .await;
     assert!(
@@ -255,7 +255,7 @@ async fn the_scheduler_counts_jobs_given_up_on_and_webhook_attempts_by_outcome()
     assert!(
         has_line(
             &metrics,
-            "unigen_webhook_attempts_total{outcome=\"retry_scheduled\"} 1"
+            "unigen_webhook_attempts_total{outcome=\"retry_scheduled\",result=\"http_error\"} 1"
         ),
         "{metrics}"
     );

@@ -782,3 +782,179 @@ async fn a_tool_call_s_arguments_and_result_are_recorded_only_with_the_content_o
         serde_json::from_str(&required(tool, "gen_ai.tool.call.result")).unwrap();
     assert!(result["url"].is_string(), "{result}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_knowledge_file_is_processed_in_a_consumer_span_under_its_upload_s_trace() {
+    let (exporter, _telemetry) = traced(TelemetrySettings::default());
+    let app = TestApp::spawn().await;
+    let (status, agent) = json_of(
+        app.post_json(
+            "/api/v1/agents",
+            &app.key,
+            &json!({"name": "librarian", "system_prompt": "Answer from the knowledge base."}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 201, "{agent}");
+    let agent = agent["agent"]["id"].as_str().unwrap().to_owned();
+    let form = reqwest::multipart::Form::new().part(
+        "file",
+        reqwest::multipart::Part::bytes(b"Lighthouses guide ships at night.".to_vec())
+            .file_name("notes.txt"),
+    );
+    let (status, file) = json_of(
+        app.client
+            .post(app.url(&format!("/api/v1/agents/{agent}/knowledge")))
+            .bearer_auth(&app.key)
+            .multipart(form)
+            .send()
+            .await
+            .expect("POST knowledge"),
+    )
+    .await;
+    assert_eq!(status, 201, "{file}");
+
+    let consumer_name = format!("process {}jobs.knowledge", app.settings.rabbitmq.prefix);
+    let spans = eventually("the knowledge file's consumer span", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .iter()
+            .any(|s| s.span_kind == SpanKind::Consumer && s.name.ends_with(".knowledge"))
+            .then_some(spans)
+    })
+    .await;
+    let consumer = one(&spans, "knowledge CONSUMER", |s| {
+        s.span_kind == SpanKind::Consumer && s.name.ends_with(".knowledge")
+    });
+    assert_eq!(consumer.name, consumer_name);
+    assert_eq!(required(consumer, "messaging.system"), "rabbitmq");
+    assert_eq!(
+        required(consumer, "messaging.rabbitmq.destination.routing_key"),
+        "knowledge"
+    );
+    let producer = one(&spans, "knowledge PRODUCER", |s| {
+        s.span_kind == SpanKind::Producer && s.name.ends_with(":knowledge")
+    });
+    let server = one(&spans, "upload SERVER", |s| {
+        s.span_kind == SpanKind::Server && s.name == "POST /api/v1/agents/{id}/knowledge"
+    });
+    assert!(descends_from(&spans, producer, server), "{producer:#?}");
+    assert!(descends_from(&spans, consumer, producer), "{consumer:#?}");
+    assert!(
+        consumer
+            .links
+            .iter()
+            .any(|l| l.span_context.span_id() == producer.span_context.span_id()),
+        "the consumer links the message's creation context"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_messages_api_s_upstream_calls_are_gen_ai_client_spans_plain_and_streamed() {
+    let (exporter, _telemetry) = traced(TelemetrySettings::default());
+    let fake = crate::anthropic_messages::fake_anthropic().await;
+    let app = crate::anthropic_messages::stack(&fake).await;
+    for stream in [false, true] {
+        let response = app
+            .client
+            .post(app.url("/v1/messages"))
+            .header("x-api-key", &app.key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&json!({
+                "model": crate::anthropic_messages::CLAUDE, "max_tokens": 64, "stream": stream,
+                "messages": [{"role": "user", "content": "Hello there"}],
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let _ = response.text().await.unwrap();
+    }
+    let spans = eventually("both Messages calls' spans", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        (spans
+            .iter()
+            .filter(|s| s.span_kind == SpanKind::Server && s.name == "POST /v1/messages")
+            .count()
+            == 2)
+            .then_some(spans)
+    })
+    .await;
+    for stream in ["false", "true"] {
+        let client = one(&spans, "Messages CLIENT", |s| {
+            s.span_kind == SpanKind::Client
+                && attr(s, "gen_ai.request.stream").as_deref() == Some(stream)
+        });
+        assert_eq!(client.name, "chat claude-sonnet-4-5-20250929");
+        assert_eq!(required(client, "gen_ai.operation.name"), "chat");
+        assert_eq!(required(client, "gen_ai.provider.name"), "anthropic");
+        assert_eq!(required(client, "server.address"), "127.0.0.1");
+        assert!(required(client, "gen_ai.response.id").starts_with("msg_"));
+        assert!(
+            required(client, "gen_ai.usage.input_tokens")
+                .parse::<i64>()
+                .unwrap()
+                > 0
+        );
+        assert!(
+            required(client, "gen_ai.usage.output_tokens")
+                .parse::<i64>()
+                .unwrap()
+                > 0
+        );
+        let server = spans
+            .iter()
+            .find(|s| s.span_kind == SpanKind::Server && descends_from(&spans, client, s))
+            .expect("under its request's SERVER span");
+        assert_eq!(server.name, "POST /v1/messages");
+        assert!(
+            attr(client, "gen_ai.input.messages").is_none(),
+            "no content"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_music_job_s_provider_call_is_a_generate_content_span_with_its_output_type() {
+    let (exporter, _telemetry) = traced(TelemetrySettings::default());
+    let app = TestApp::spawn().await;
+    let (status, body) = json_of(
+        app.post_json(
+            "/api/v1/music/generations",
+            &app.key,
+            &json!({"prompt": "ambient pad", "duration_seconds": 2}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 202, "music is asynchronous: {body}");
+    // The CONSUMER span ends after the job's GenAI span.
+    let spans = eventually("the music job's spans", || async {
+        let spans = exporter.get_finished_spans().unwrap();
+        spans
+            .iter()
+            .any(|s| s.span_kind == SpanKind::Consumer && s.name.ends_with("jobs.music"))
+            .then_some(spans)
+    })
+    .await;
+    let client = one(&spans, "music CLIENT", |s| {
+        attr(s, "gen_ai.output.type").as_deref() == Some("audio")
+    });
+    assert_eq!(client.span_kind, SpanKind::Client);
+    assert_eq!(
+        required(client, "gen_ai.operation.name"),
+        "generate_content"
+    );
+    let model = required(client, "gen_ai.request.model");
+    assert_eq!(client.name, format!("generate_content {model}"));
+    assert_eq!(required(client, "gen_ai.provider.name"), "unigen.local");
+    let consumer = one(&spans, "music CONSUMER", |s| {
+        s.span_kind == SpanKind::Consumer && s.name.ends_with("jobs.music")
+    });
+    assert!(descends_from(&spans, client, consumer), "{client:#?}");
+    assert!(
+        attr(client, "gen_ai.input.messages").is_none(),
+        "no content"
+    );
+}

@@ -12,6 +12,10 @@
 //!
 //! Tracing is on when `enabled` is true or `OTEL_EXPORTER_OTLP_ENDPOINT`
 //! (or its traces form) is set, unless `OTEL_SDK_DISABLED=true`.
+//!
+//! `[log]` ([`LogSettings`]): `format` is `text`, `json` (one JSON object
+//! per line, `unigen_core::telemetry::json_log`) or empty (the default):
+//! `json` when `UNIGEN_LOG_FORMAT=json`, else text.
 
 use serde::Deserialize;
 
@@ -23,6 +27,7 @@ pub struct TelemetrySettings {
     pub service_name: String,
     pub record_content: bool,
     pub queue_size: usize,
+    /// Limit of one export of a batch of spans, in milliseconds.
     pub export_timeout_ms: u64,
 }
 
@@ -49,5 +54,23 @@ impl TelemetrySettings {
         self.enabled
             || env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
             || env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some()
+    }
+}
+
+/// `[log]`: how log lines are written (see the module's documentation).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct LogSettings {
+    /// `text`, `json`, or empty for the default.
+    pub format: String,
+}
+
+impl LogSettings {
+    /// Whether lines are JSON objects.
+    pub fn json(&self) -> bool {
+        match self.format.trim() {
+            "" => std::env::var("UNIGEN_LOG_FORMAT").is_ok_and(|v| v == "json"),
+            format => format.eq_ignore_ascii_case("json"),
+        }
     }
 }

@@ -1,18 +1,25 @@
 //! Process plumbing shared by the binaries: logging, OpenTelemetry traces and
 //! shutdown signals.
 //!
-//! Logging: `RUST_LOG` filters (default `info`), `UNIGEN_LOG_FORMAT=json`
-//! switches to JSON lines.
+//! Logging: `RUST_LOG` filters (default `info`); `[log] format = "json"`
+//! (or `UNIGEN_LOG_FORMAT=json`) switches to JSON lines ([`json_log`]).
 //!
 //! Traces (`[telemetry]`, [`crate::config::TelemetrySettings`]): when on,
 //! the spans built by [`spans`] (target [`spans::TARGET`]) become
 //! OpenTelemetry spans, batched and exported over OTLP/HTTP by a background
 //! thread: a request never waits for the collector; a full queue or a failed
-//! export drops spans, counted by [`spans_dropped`]. Off (the default), those
+//! export drops spans, counted by [`spans_dropped`] and
+//! `unigen_otel_spans_dropped_total` ([`metrics`]). The SDK's batch processor
+//! counts its own queue-full drops but exposes no hook for them, so the
+//! queue is bounded by us, in front of it ([`Bounded`]): a span finding
+//! `queue_size` spans waiting or being exported is dropped and counted
+//! there, and the SDK's queue (of the same size) never overflows. Off (the default), those
 //! spans are disabled at their call sites: no span is built, no header
 //! injected, nothing exported. Logs are unchanged either way: the trace spans
 //! never reach the log output.
 
+pub mod json_log;
+pub mod metrics;
 pub mod propagation;
 pub mod semconv;
 pub mod spans;
@@ -20,7 +27,8 @@ pub mod spans;
 pub use opentelemetry::Context;
 pub use opentelemetry::trace::SpanContext;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -28,13 +36,15 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanExporter,
+    SpanProcessor,
 };
 use tracing_subscriber::filter::{FilterExt, Targets, filter_fn};
+pub use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::config::TelemetrySettings;
+use crate::config::{LogSettings, TelemetrySettings};
 
 static TRACING: AtomicBool = AtomicBool::new(false);
 static RECORD_CONTENT: AtomicBool = AtomicBool::new(false);
@@ -80,9 +90,15 @@ impl Drop for Telemetry {
     }
 }
 
-/// Logging, and traces when `settings` turn them on (an exporter that cannot
-/// be built is reported and tracing stays off: it never stops a binary).
+/// [`init_logging`] with the default log format.
 pub fn init(binary: &str, settings: &TelemetrySettings) -> Telemetry {
+    init_logging(binary, settings, &LogSettings::default())
+}
+
+/// Logging as `log` says, and traces when `settings` turn them on (an
+/// exporter that cannot be built is reported and tracing stays off: it never
+/// stops a binary).
+pub fn init_logging(binary: &str, settings: &TelemetrySettings, log: &LogSettings) -> Telemetry {
     let provider = if settings.tracing_on() {
         match otlp_provider(binary, settings) {
             Ok(provider) => Some(provider),
@@ -94,7 +110,13 @@ pub fn init(binary: &str, settings: &TelemetrySettings) -> Telemetry {
     } else {
         None
     };
-    install(binary, settings, provider)
+    install(
+        binary,
+        settings,
+        log,
+        provider,
+        BoxMakeWriter::new(std::io::stderr),
+    )
 }
 
 /// [`init`] with `exporter` receiving each span as it ends (no batching):
@@ -105,10 +127,40 @@ pub fn init_with_exporter<E: SpanExporter + 'static>(
     exporter: E,
 ) -> Telemetry {
     let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(Counted(exporter))
+        .with_simple_exporter(Counted {
+            inner: exporter,
+            in_flight: None,
+        })
         .with_resource(resource(binary, settings))
         .build();
-    install(binary, settings, Some(provider))
+    install(
+        binary,
+        settings,
+        &LogSettings::default(),
+        Some(provider),
+        BoxMakeWriter::new(std::io::stderr),
+    )
+}
+
+/// [`init_with_exporter`] with JSON log lines written to `writer`: tests
+/// read what a process logs.
+pub fn init_with_exporter_logging_to<E: SpanExporter + 'static>(
+    binary: &str,
+    settings: &TelemetrySettings,
+    exporter: E,
+    writer: BoxMakeWriter,
+) -> Telemetry {
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(Counted {
+            inner: exporter,
+            in_flight: None,
+        })
+        .with_resource(resource(binary, settings))
+        .build();
+    let json = LogSettings {
+        format: "json".into(),
+    };
+    install(binary, settings, &json, Some(provider), writer)
 }
 
 fn otlp_provider(
@@ -125,15 +177,24 @@ fn otlp_provider(
         builder = builder.with_endpoint(format!("{endpoint}/v1/traces"));
     }
     let exporter = builder.build()?;
-    let processor = BatchSpanProcessor::builder(Counted(exporter))
-        .with_batch_config(
-            BatchConfigBuilder::default()
-                .with_max_queue_size(settings.queue_size.max(64))
-                .build(),
-        )
-        .build();
+    let queue_size = settings.queue_size.max(64);
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let processor = BatchSpanProcessor::builder(Counted {
+        inner: exporter,
+        in_flight: Some(in_flight.clone()),
+    })
+    .with_batch_config(
+        BatchConfigBuilder::default()
+            .with_max_queue_size(queue_size)
+            .build(),
+    )
+    .build();
     Ok(SdkTracerProvider::builder()
-        .with_span_processor(processor)
+        .with_span_processor(Bounded {
+            inner: processor,
+            in_flight,
+            limit: queue_size,
+        })
         .with_resource(resource(binary, settings))
         .build())
 }
@@ -160,22 +221,25 @@ fn resource(binary: &str, settings: &TelemetrySettings) -> Resource {
 fn install(
     binary: &str,
     settings: &TelemetrySettings,
+    log: &LogSettings,
     provider: Option<SdkTracerProvider>,
+    writer: BoxMakeWriter,
 ) -> Telemetry {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,lapin=warn,actix_server=warn"));
     // Trace spans never reach the log lines.
     let logged = filter.and(filter_fn(|meta| meta.target() != spans::TARGET));
-    let json = std::env::var("UNIGEN_LOG_FORMAT").is_ok_and(|v| v == "json");
-    let fmt = if json {
+    let fmt = if log.json() {
         tracing_subscriber::fmt::layer()
-            .with_target(false)
-            .json()
+            .fmt_fields(json_log::span_fields())
+            .event_format(json_log::JsonLines)
+            .with_writer(writer)
             .with_filter(logged)
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
             .with_target(false)
+            .with_writer(writer)
             .with_filter(logged)
             .boxed()
     };
@@ -218,30 +282,80 @@ fn install(
     }
 }
 
-/// An exporter that counts the spans of a failed export as dropped.
+fn count_dropped(spans: u64) {
+    SPANS_DROPPED.fetch_add(spans, Ordering::Relaxed);
+    metrics::spans_dropped(spans);
+}
+
+/// An exporter that counts the spans of a failed export as dropped, and
+/// (behind [`Bounded`]) releases the queue places of what it exported.
 #[derive(Debug)]
-struct Counted<E>(E);
+struct Counted<E> {
+    inner: E,
+    in_flight: Option<Arc<AtomicUsize>>,
+}
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
     async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        let spans = batch.len() as u64;
-        let result = self.0.export(batch).await;
+        let spans = batch.len();
+        let result = self.inner.export(batch).await;
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.fetch_sub(spans, Ordering::Relaxed);
+        }
         if result.is_err() {
-            SPANS_DROPPED.fetch_add(spans, Ordering::Relaxed);
+            count_dropped(spans as u64);
         }
         result
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
+        self.inner.shutdown_with_timeout(timeout)
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
+        self.inner.force_flush()
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        self.0.set_resource(resource);
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The export queue's bound, in front of the SDK's batch processor: a span
+/// ending while `limit` spans wait for or are in export is dropped and
+/// counted (the SDK counts its own drops but reports them only in a log
+/// line at shutdown).
+#[derive(Debug)]
+struct Bounded<P> {
+    inner: P,
+    in_flight: Arc<AtomicUsize>,
+    limit: usize,
+}
+
+impl<P: SpanProcessor> SpanProcessor for Bounded<P> {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if self.in_flight.fetch_add(1, Ordering::Relaxed) >= self.limit {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            count_dropped(1);
+            return;
+        }
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
     }
 }
 
