@@ -14,6 +14,18 @@ pub struct StackProcess {
 
 impl StackProcess {
     pub(crate) fn start(binary: &str, component: &str, settings: &Settings) -> StackProcess {
+        Self::start_with_env(binary, component, settings, &[])
+    }
+
+    /// Like [`StackProcess::start`], with `extra` variables set last (the
+    /// soak's `UNIGEN_CONFIG` file, its API's port, settings the harness
+    /// does not pass).
+    pub fn start_with_env(
+        binary: &str,
+        component: &str,
+        settings: &Settings,
+        extra: &[(String, String)],
+    ) -> StackProcess {
         let child = tokio::process::Command::new(binary)
             .arg(component)
             // Only what the settings say: no override file of the caller's.
@@ -23,6 +35,7 @@ impl StackProcess {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info,lapin=warn".into()),
             )
+            .envs(extra.iter().cloned())
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -38,6 +51,11 @@ impl StackProcess {
     pub async fn kill(&mut self) {
         self.child.start_kill().expect("SIGKILL");
         let _ = self.child.wait().await;
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.child.wait().await
     }
 
     /// SIGTERM, then waits for the process to exit by itself.
