@@ -1,5 +1,7 @@
 //! A minimal OpenAI-compatible server with a fixed answer, so a benchmark
-//! measures the gateway in front of it and not a model. It does no work per
+//! measures the gateway in front of it and not a model: chat completions,
+//! and `POST /v1/images/generations` (a tiny `b64_json` PNG) for the
+//! `bench/remote-image` model of `bench/unigen-bench.toml`. It does no work per
 //! request beyond reading one JSON field, so it is never the bottleneck.
 
 use std::time::Duration;
@@ -36,23 +38,44 @@ struct ChatRequest {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let latency = Duration::from_millis(args.latency_ms);
     eprintln!(
         "fake upstream on http://127.0.0.1:{}/v1 (latency {} ms, {} workers)",
         args.port, args.latency_ms, args.workers
     );
+    serve(args.port, args.latency_ms, args.workers)
+}
+
+/// Serves on `port` from a thread of its own, for a benchmark that brings
+/// its vendor along (`jobs-throughput --provider-latency-ms`). Fails if the
+/// port cannot be bound.
+pub fn spawn(port: u16, latency_ms: u64) -> anyhow::Result<()> {
+    // Bind here first, so a taken port is an error, not a silent thread death.
+    drop(std::net::TcpListener::bind(("127.0.0.1", port))?);
+    std::thread::spawn(move || {
+        if let Err(err) = serve(port, latency_ms, 2) {
+            eprintln!("fake upstream stopped: {err:#}");
+        }
+    });
+    Ok(())
+}
+
+fn serve(port: u16, latency_ms: u64, workers: usize) -> anyhow::Result<()> {
+    let latency = Duration::from_millis(latency_ms);
     actix_web::rt::System::new().block_on(async move {
         HttpServer::new(move || {
             App::new()
                 .app_data(web::Data::new(latency))
                 .service(chat_completions)
+                .service(images_generations)
                 .service(models)
         })
-        .workers(args.workers)
+        .workers(workers)
+        // Hundreds of jobs wait on it at once.
+        .backlog(4096)
         // Connections left idle between benchmark passes stay open, so the
         // gateway's pool does not reconnect (or hit a closed socket) mid-run.
         .keep_alive(Duration::from_secs(75))
-        .bind(("127.0.0.1", args.port))?
+        .bind(("127.0.0.1", port))?
         .run()
         .await
     })?;
@@ -78,6 +101,18 @@ async fn chat_completions(latency: web::Data<Duration>, body: web::Bytes) -> Htt
     } else {
         HttpResponse::Ok().json(completion(&model))
     }
+}
+
+/// A 1x1 PNG, base64.
+const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+
+/// OpenAI's image generation answer, `b64_json`, after the latency.
+#[post("/v1/images/generations")]
+async fn images_generations(latency: web::Data<Duration>) -> HttpResponse {
+    if !latency.is_zero() {
+        actix_web::rt::time::sleep(**latency).await;
+    }
+    HttpResponse::Ok().json(json!({ "created": 0, "data": [{ "b64_json": PNG_B64 }] }))
 }
 
 #[get("/v1/models")]

@@ -11,6 +11,12 @@
 //! jobs/s PostgreSQL alone reaches at that many commits per job (pgbench on a
 //! scratch database right after the run); the pipeline should reach 50% of
 //! it. See `pg_baseline`. Run without `--rate` for the pipeline's maximum.
+//!
+//! `--provider-latency-ms`: every job makes one remote call of that latency.
+//! The benchmark serves the fake vendor itself (OpenAI's image generation,
+//! on `--provider-port`) and asks for `bench/remote-image`, whose upstream
+//! in `bench/unigen-bench.toml` is that port: the figure of a worker whose
+//! jobs wait on fal, Replicate or OpenAI (issue 39).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -49,6 +55,15 @@ pub struct Args {
     /// Long polls in flight at once while waiting for completions.
     #[arg(long, default_value_t = 1000)]
     pollers: usize,
+    /// Serve a fake vendor answering each job's image request after this
+    /// many milliseconds, and submit `bench/remote-image` jobs to it (the
+    /// stack started with UNIGEN_CONFIG=bench/unigen-bench.toml).
+    #[arg(long)]
+    provider_latency_ms: Option<u64>,
+    /// The fake vendor's port (`[upstreams.bench-media]` in
+    /// bench/unigen-bench.toml).
+    #[arg(long, default_value_t = 9401)]
+    provider_port: u16,
     /// Free text naming this run in the table and JSON (e.g. "1 worker").
     #[arg(long)]
     label: Option<String>,
@@ -264,7 +279,21 @@ pub fn table(r: &Results) -> String {
         .collect()
 }
 
-pub fn run(args: Args) -> anyhow::Result<()> {
+/// The remote model `--provider-latency-ms` runs.
+const REMOTE_MODEL: &str = "bench/remote-image";
+
+pub fn run(mut args: Args) -> anyhow::Result<()> {
+    if let Some(latency_ms) = args.provider_latency_ms {
+        if args.job.tool != jobs::Tool::Image {
+            anyhow::bail!("--provider-latency-ms runs image jobs (--tool image)");
+        }
+        crate::fake_upstream::spawn(args.provider_port, latency_ms)?;
+        args.job.model = Some(REMOTE_MODEL.into());
+        eprintln!(
+            "fake vendor on 127.0.0.1:{} ({latency_ms} ms per image); model {REMOTE_MODEL}",
+            args.provider_port
+        );
+    }
     let mut results = report::block_on(measure(&args))??;
     let pipeline = results.pipeline.as_ref().map(|p| p.jobs_per_second);
     results.postgres.baseline(&args.pg, pipeline);
@@ -276,7 +305,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.json.as_deref(),
         &json!({
             "benchmark": "jobs-throughput", "label": args.label, "api": args.api,
-            "job": args.job.describe(), "duration_seconds": args.duration, "results": results,
+            "job": args.job.describe(), "duration_seconds": args.duration,
+            "provider_latency_ms": args.provider_latency_ms, "results": results,
         }),
     )
 }

@@ -1,4 +1,4 @@
-//! One consumer per queue (prefetch = concurrency, reconnects), and the job
+//! One consumer per queue (prefetch = its budget, reconnects), and the job
 //! queues' handler: claim, ack, run.
 
 use std::sync::Arc;
@@ -21,11 +21,13 @@ use crate::claim::Claimed;
 use crate::execute::run_claimed;
 
 /// Consumes `queue` (a tool's, or `knowledge`) until `shutdown`,
-/// reconnecting with backoff. Each delivery waits for one of the worker's
-/// `concurrency` slots, then `handle` owns it (ack or nack included).
+/// reconnecting with backoff. Each delivery waits for one of the queue's
+/// `permits` (`prefetch` of them: a tool's budgets, see `budget`), then
+/// `handle` owns it (ack or nack included).
 pub(crate) async fn consume<H, Fut>(
     context: Arc<WorkerContext>,
     queue: &'static str,
+    (permits, prefetch): (Arc<Semaphore>, usize),
     shutdown: CancellationToken,
     running: TaskTracker,
     handle: H,
@@ -34,10 +36,14 @@ pub(crate) async fn consume<H, Fut>(
     Fut: Future<Output = ()> + Send + 'static,
 {
     let handle = Arc::new(handle);
-    let permits = Arc::new(Semaphore::new(context.concurrency));
+    let prefetch = u16::try_from(prefetch).unwrap_or(u16::MAX);
     let mut backoff = reconnect_backoff();
     while !shutdown.is_cancelled() {
-        match session(&context, queue, &shutdown, &running, &permits, &handle).await {
+        match session(
+            &context, queue, prefetch, &shutdown, &running, &permits, &handle,
+        )
+        .await
+        {
             Ok(()) => return,
             Err(err) => {
                 let delay = backoff.next().unwrap_or(Duration::from_secs(5));
@@ -66,6 +72,7 @@ fn reconnect_backoff() -> impl Iterator<Item = Duration> {
 async fn session<H, Fut>(
     context: &WorkerContext,
     queue: &'static str,
+    prefetch: u16,
     shutdown: &CancellationToken,
     running: &TaskTracker,
     permits: &Arc<Semaphore>,
@@ -76,7 +83,6 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let channel = context.amqp.channel().await?;
-    let prefetch = u16::try_from(context.concurrency).unwrap_or(u16::MAX);
     channel
         .basic_qos(prefetch, BasicQosOptions::default())
         .await?;

@@ -9,8 +9,9 @@ use uuid::Uuid;
 
 use crate::WorkerContext;
 use crate::finish::{Finish, Terminal};
+use crate::output::ToolOutput;
 use crate::progress::Progress;
-use crate::registry::{self, ToolOutput};
+use crate::registry;
 
 enum Outcome {
     Finished(Result<ToolOutput, crate::error::ToolError>),
@@ -27,10 +28,20 @@ pub async fn run_claimed(
     job: Job,
     hard_stop: CancellationToken,
 ) {
-    let span = tracing::info_span!("job", job.id = %job.id, tool = %tool, attempt = job.attempt);
+    let span = tracing::info_span!("job", job_id = %job.id, tool = %tool, attempt = job.attempt);
     async move {
         let started = std::time::Instant::now();
         let (id, attempt) = (job.id, job.attempt);
+        if attempt <= 1 {
+            // Submission to this start, on the database's clock (the claim
+            // set `started_at`).
+            let waited = job
+                .started_at
+                .map(|at| (at - job.created_at).to_std().unwrap_or_default());
+            if let Some(waited) = waited {
+                context.metrics.job_started(tool, waited);
+            }
+        }
         let progress = Progress::new(context, id, attempt);
         let outcome = tokio::select! {
             result = registry::run(context, tool, &job, &progress) => Outcome::Finished(result),

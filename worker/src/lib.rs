@@ -1,6 +1,8 @@
 //! unigen's job workers: consume a tool's queue, claim the job in PostgreSQL,
 //! run the provider, store outputs, settle, notify.
 
+mod batches;
+mod budget;
 mod claim;
 mod consumer;
 mod error;
@@ -8,6 +10,7 @@ mod execute;
 mod finish;
 mod knowledge;
 mod metrics;
+mod output;
 mod progress;
 mod registry;
 mod tools;
@@ -46,7 +49,11 @@ pub(crate) struct WorkerContext {
     pub lease: Duration,
     pub amqp: SharedConnection,
     pub topology: Topology,
+    /// The knowledge and batch queues' jobs at once (`worker.concurrency`,
+    /// else 4).
     pub concurrency: usize,
+    /// Each tool's jobs at once, per kind of model (remote, local).
+    pub budgets: budget::Budgets,
     pub metrics: Arc<metrics::WorkerMetrics>,
     /// Job claims, batched when deliveries arrive together.
     pub claimer: claim::Claimer,
@@ -64,6 +71,8 @@ pub(crate) struct WorkerContext {
 pub struct Queues {
     pub tools: Vec<Tool>,
     pub knowledge: bool,
+    /// `batch`: run the lines of OpenAI-style batches.
+    pub batch: bool,
 }
 
 /// Parses the configured tool names (`knowledge` included).
@@ -74,16 +83,21 @@ pub fn parse_tools(names: &[String]) -> anyhow::Result<Queues> {
     let mut queues = Queues {
         tools: Vec::new(),
         knowledge: false,
+        batch: false,
     };
     for name in names {
         if name == unigen_jobs::queue::KNOWLEDGE_QUEUE {
             queues.knowledge = true;
             continue;
         }
+        if name == unigen_jobs::batches::BATCH_QUEUE {
+            queues.batch = true;
+            continue;
+        }
         let tool: Tool = name
             .parse()
             .map_err(|mut e: unigen_core::domain::ParseEnumError| {
-                e.expected.push_str(", knowledge");
+                e.expected.push_str(", knowledge, batch");
                 anyhow::anyhow!("--tools: {e}")
             })?;
         queues.tools.push(tool);
@@ -101,7 +115,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
     unigen_providers::registry::check_catalogue(&settings)
         .map_err(|refusal| anyhow::anyhow!("refusing to start: {refusal}"))?;
-    let Queues { tools, knowledge } = parse_tools(&settings.worker.tools)?;
+    let Queues {
+        tools,
+        knowledge,
+        batch,
+    } = parse_tools(&settings.worker.tools)?;
     // Its statements are few and plan well generically (see `Planning`).
     let pool = db::build_pool_planning(&settings.database, db::Planning::Generic)
         .context("building the database pool")?;
@@ -130,6 +148,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             channel: settings.notify.channel.clone(),
         },
     );
+    unigen_core::telemetry::metrics::set_models(&settings.models);
     let context = Arc::new(WorkerContext {
         pool,
         store: build_store(&settings.storage).context("configuring storage")?,
@@ -147,7 +166,16 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         lease,
         amqp: SharedConnection::new(&settings.rabbitmq.url, "unigen-worker"),
         topology: Topology::new(&settings.rabbitmq),
-        concurrency: settings.worker.concurrency,
+        concurrency: match settings.worker.concurrency {
+            0 => budget::DEFAULT_OTHER_QUEUES,
+            set => set,
+        },
+        budgets: budget::Budgets::new(
+            &settings.worker,
+            &tools,
+            &settings.models,
+            budget::Machine::detect(),
+        ),
         metrics: Arc::new(metrics::WorkerMetrics::new().context("registering metrics")?),
         claimer,
         finisher,
@@ -155,6 +183,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         voices: settings.voices.clone(),
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
+    for &tool in &tools {
+        let (limits, (_, prefetch)) = (context.budgets.limits(tool), context.budgets.queue(tool));
+        tracing::info!(%tool, remote = limits.remote, local = limits.local, prefetch, "jobs at once");
+    }
     // Bound to a name: the endpoint stops when `run` ends or is dropped.
     let _metrics_endpoint = unigen_jobs::metrics::serve(
         &settings.worker.metrics_addr,
@@ -173,6 +205,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             tokio::spawn(consumer::consume(
                 context.clone(),
                 tool.as_str(),
+                context.budgets.queue(tool),
                 shutdown.clone(),
                 jobs.clone(),
                 move |delivery| {
@@ -190,6 +223,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         consumers.push(tokio::spawn(consumer::consume(
             context.clone(),
             unigen_jobs::queue::KNOWLEDGE_QUEUE,
+            (
+                Arc::new(tokio::sync::Semaphore::new(context.concurrency)),
+                context.concurrency,
+            ),
             shutdown.clone(),
             jobs.clone(),
             move |delivery| {
@@ -199,6 +236,34 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
                     knowledge::handle_delivery(&context, &worker, delivery, hard_stop).await;
                 }
             },
+        )));
+    }
+    if batch {
+        let catalogue = Arc::new(Catalogue::new(settings.models.clone()));
+        let search = unigen_providers::search::SearchClient::from_settings(&settings.search)
+            .context("configuring web search")?;
+        let runner = Arc::new(batches::BatchRunner {
+            pool: context.pool.clone(),
+            worker_id: context.worker_id.clone(),
+            lease: context.lease,
+            chat: unigen_providers::completion::ChatService::new(
+                catalogue.clone(),
+                context.providers.clone(),
+                context.local.clone(),
+                search,
+            ),
+            embeddings: unigen_providers::embedding::EmbeddingService::new(
+                context.providers.clone(),
+                context.local.clone(),
+            ),
+            catalogue,
+            settings: settings.batches.clone(),
+            concurrency: context.concurrency,
+        });
+        consumers.push(tokio::spawn(batches::run(
+            runner,
+            shutdown.clone(),
+            jobs.clone(),
         )));
     }
     for consumer in consumers {
@@ -242,19 +307,21 @@ mod tests {
             parse_tools(&names(&["image", "knowledge"])).unwrap(),
             Queues {
                 tools: vec![Tool::Image],
-                knowledge: true
+                knowledge: true,
+                batch: false,
             }
         );
         assert_eq!(
             parse_tools(&names(&["knowledge"])).unwrap(),
             Queues {
                 tools: vec![],
-                knowledge: true
+                knowledge: true,
+                batch: false,
             }
         );
         let err = parse_tools(&names(&["image", "teleport"])).unwrap_err();
         assert!(
-            err.to_string().ends_with("stt, knowledge"),
+            err.to_string().ends_with("stt, knowledge, batch"),
             "the error lists knowledge: {err}"
         );
         assert!(

@@ -3,23 +3,26 @@
 use unigen_core::domain::Tool;
 use unigen_db::models::Job;
 
+use crate::budget::Kind;
 use crate::error::ToolError;
+use crate::output::ToolOutput;
 use crate::progress::Progress;
 use crate::{WorkerContext, tools};
 
-/// What a finished tool hands back: `outputData` (file keys, not URLs) and
-/// the credits it actually consumed.
-pub struct ToolOutput {
-    pub output: serde_json::Value,
-    pub actual_credits: i64,
-}
-
+/// Runs the job's tool once a permit of its model's kind (remote or local)
+/// in the tool's budget is free; the caller renews the lease meanwhile.
 pub async fn run(
     context: &WorkerContext,
     tool: Tool,
     job: &Job,
     progress: &Progress<'_>,
 ) -> Result<ToolOutput, ToolError> {
+    // A model no longer configured fails in its handler, at once.
+    let kind = context
+        .catalogue
+        .get(&job.model)
+        .map_or(Kind::Local, Kind::of);
+    let _permit = context.budgets.acquire(tool, kind).await;
     // Benchmark models: the handler runs only for the first job of a shape.
     if tools::fixture::serves(context, job) {
         return tools::fixture::run(context, tool, job, handler(context, tool, job, progress))

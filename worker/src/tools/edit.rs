@@ -5,6 +5,7 @@ use serde_json::json;
 use unigen_core::ProviderError;
 use unigen_core::params::edit::EditParams;
 use unigen_core::params::image::parse_size;
+use unigen_core::telemetry::semconv;
 use unigen_db::models::Job;
 use unigen_render::edit;
 use unigen_render::edit::{Direction, EditOperation, EditSpec};
@@ -12,8 +13,8 @@ use unigen_render::edit::{Direction, EditOperation, EditSpec};
 use super::{blocking, input, params_of, required_input, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
+use crate::output::ToolOutput;
 use crate::progress::Progress;
-use crate::registry::ToolOutput;
 
 fn operation(name: &str) -> Option<EditOperation> {
     Some(match name {
@@ -72,10 +73,11 @@ pub async fn run(
     let op = operation(&params.operation).ok_or_else(|| {
         ToolError::InvalidParams(format!("unknown operation {}", params.operation))
     })?;
-    super::retry_transient(|| context.local.simulate_conditions()).await?;
     if let Some((model, client)) = super::media_client(context, job)? {
+        super::retry_transient(|| context.local.simulate_conditions()).await?;
         return run_upstream_edit(context, job, &params, model, client.as_ref()).await;
     }
+    super::simulate_local(context, job, semconv::output_type::IMAGE).await?;
     let image_bytes = required_input(context, &params.inputs, "image").await?;
     let mask_bytes = input(context, &params.inputs, "mask").await?;
     progress.report(10).await;
@@ -151,7 +153,14 @@ async fn run_upstream_edit(
             body[field] = json!(uri);
         }
     }
-    let bytes = super::run_media(model, client, body, params.model_inputs.as_ref()).await?;
+    let bytes = super::run_media(
+        model,
+        client,
+        body,
+        params.model_inputs.as_ref(),
+        semconv::output_type::IMAGE,
+    )
+    .await?;
     let format = image::guess_format(&bytes).map_err(|_| undecodable("upstream result"))?;
     let decoded = unigen_core::images::decode_bounded(
         &bytes,

@@ -35,7 +35,7 @@ use uuid::Uuid;
 use super::{params_of, required_input};
 use crate::WorkerContext;
 use crate::error::ToolError;
-use crate::registry::ToolOutput;
+use crate::output::ToolOutput;
 
 /// The adapter's name in the catalogue.
 pub const ADAPTER: &str = "fixture";

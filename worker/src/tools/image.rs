@@ -10,8 +10,8 @@ use unigen_providers::vendor::ImageCall;
 use super::{params_of, retry_transient, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
+use crate::output::ToolOutput;
 use crate::progress::Progress;
-use crate::registry::ToolOutput;
 use crate::trace;
 use unigen_core::telemetry::semconv;
 
@@ -38,7 +38,7 @@ pub async fn run(
             seed: params.seed,
             style: &params.style,
         };
-        let images = trace::call(span, None, client.generate(&request)).await?;
+        let images = trace::call(span, model, None, client.generate(&request)).await?;
         return store_upstream_images(context, job, images).await;
     }
     let mut images = Vec::with_capacity(params.n as usize);
@@ -48,7 +48,7 @@ pub async fn run(
         let png = retry_transient(|| {
             let span = trace::media_call(model, semconv::output_type::IMAGE);
             trace::record_prompt(&span, &params.prompt);
-            trace::call(span, Some(&model.id), async {
+            trace::call(span, model, Some(&model.id), async {
                 context.local.simulate_conditions().await?;
                 if params.logo.is_some() {
                     unigen_render::logo(&params, index).await

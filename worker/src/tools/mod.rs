@@ -138,17 +138,42 @@ pub fn media_client<'a>(
 }
 
 /// Runs `input` (plus the client's `model_inputs`) on the model's vendor
-/// and returns its first output file; a cancelled job cancels the request
-/// upstream.
+/// and returns its first output file, in a `generate_content` CLIENT span
+/// of `output_type` ([`semconv::output_type`]); a cancelled job cancels the
+/// request upstream.
 pub async fn run_media(
     model: &unigen_core::config::ModelEntry,
     client: &dyn MediaUpstream,
     input: serde_json::Value,
     model_inputs: Option<&serde_json::Value>,
+    output_type: &str,
 ) -> Result<Vec<u8>, ToolError> {
     let input = with_model_inputs(input, model_inputs);
     let upstream_model = model.upstream_model.as_deref().unwrap_or(&model.id);
-    Ok(client.run_to_file(upstream_model, input).await?)
+    let span = crate::trace::media_call(model, output_type);
+    crate::trace::record_prompt(&span, input["prompt"].as_str().unwrap_or_default());
+    Ok(crate::trace::call(span, model, None, client.run_to_file(upstream_model, input)).await?)
+}
+
+/// The in-process provider's part of a media job (its simulated latency
+/// and failures): transient failures retried, each attempt a
+/// `generate_content` CLIENT span of `output_type`.
+pub async fn simulate_local(
+    context: &WorkerContext,
+    job: &Job,
+    output_type: &str,
+) -> Result<(), ToolError> {
+    let model = configured_model(context, job)?;
+    retry_transient(|| {
+        crate::trace::call(
+            crate::trace::media_call(model, output_type),
+            model,
+            Some(&model.id),
+            context.local.simulate_conditions(),
+        )
+    })
+    .await?;
+    Ok(())
 }
 
 /// The prediction input: the validated fields, plus the client's

@@ -4,6 +4,7 @@ use serde_json::json;
 use unigen_core::audio;
 use unigen_core::audio::AudioFormat;
 use unigen_core::params::music::MusicParams;
+use unigen_core::telemetry::semconv;
 use unigen_db::models::Job;
 use unigen_render::music;
 use unigen_render::music::{MusicSpec, SAMPLE_RATE};
@@ -11,8 +12,8 @@ use unigen_render::music::{MusicSpec, SAMPLE_RATE};
 use super::{input, params_of, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
+use crate::output::ToolOutput;
 use crate::progress::Progress;
-use crate::registry::ToolOutput;
 
 pub async fn run(
     context: &WorkerContext,
@@ -37,8 +38,14 @@ pub async fn run(
             body["input_audio"] = json!(uri);
         }
         progress.report(10).await;
-        let bytes =
-            super::run_media(model, client.as_ref(), body, params.model_inputs.as_ref()).await?;
+        let bytes = super::run_media(
+            model,
+            client.as_ref(),
+            body,
+            params.model_inputs.as_ref(),
+            semconv::output_type::AUDIO,
+        )
+        .await?;
         let seconds = audio::probe_duration(&bytes).await?;
         let key = store_output(
             context,
@@ -59,7 +66,7 @@ pub async fn run(
         Some(bytes) => Some(audio::decode_to_pcm(bytes, SAMPLE_RATE, used_seconds).await?),
         None => None,
     };
-    super::retry_transient(|| context.local.simulate_conditions()).await?;
+    super::simulate_local(context, job, semconv::output_type::AUDIO).await?;
     progress.report(20).await;
     let track = music::generate(&MusicSpec {
         prompt: &params.prompt,

@@ -7,6 +7,7 @@ use unigen_core::ProviderError;
 use unigen_core::audio;
 use unigen_core::audio::AudioFormat;
 use unigen_core::params::speech::SpeechParams;
+use unigen_core::telemetry::semconv;
 use unigen_db::models::Job;
 use unigen_db::queries::voice_clones;
 use unigen_db::{DbError, PgPool};
@@ -17,8 +18,8 @@ use unigen_render::speech::SpeechSpec;
 use super::{params_of, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
+use crate::output::ToolOutput;
 use crate::progress::Progress;
-use crate::registry::ToolOutput;
 
 /// The validated `response_format`; mp3 for anything else (an old job).
 pub fn format(name: &str) -> AudioFormat {
@@ -37,25 +38,26 @@ pub async fn run(
         let reference = super::input(context, &params.inputs, "reference_audio").await?;
         let extension = reference_extension(&params);
         let tenant = job.org_id.to_string();
-        let bytes = client
-            .speak(&SpeechCall {
-                model,
-                tenant: &tenant,
-                text: &params.input,
-                voice: &params.voice,
-                speed: params.speed,
-                response_format: &params.response_format,
-                reference: reference
-                    .as_deref()
-                    .map(|sample| (sample, extension.as_str())),
-                voices: &context.voices,
-                clones: Some(&PgClones(&context.pool)),
-            })
-            .await?;
+        let span = crate::trace::media_call(model, semconv::output_type::AUDIO);
+        crate::trace::record_prompt(&span, &params.input);
+        let call = SpeechCall {
+            model,
+            tenant: &tenant,
+            text: &params.input,
+            voice: &params.voice,
+            speed: params.speed,
+            response_format: &params.response_format,
+            reference: reference
+                .as_deref()
+                .map(|sample| (sample, extension.as_str())),
+            voices: &context.voices,
+            clones: Some(&PgClones(&context.pool)),
+        };
+        let bytes = crate::trace::call(span, model, None, client.speak(&call)).await?;
         let duration = audio::duration_in(&bytes, format).await?;
         return finish(context, job, &params, format, bytes, duration).await;
     }
-    super::retry_transient(|| context.local.simulate_conditions()).await?;
+    super::simulate_local(context, job, semconv::output_type::AUDIO).await?;
     progress.report(10).await;
     // `reference_audio` is kept with the job; espeak-ng cannot clone voices.
     let speech = speech::synthesize(&SpeechSpec {

@@ -3,14 +3,15 @@
 
 use unigen_core::ProviderError;
 use unigen_core::params::transcription::{Transcript, TranscriptionParams};
+use unigen_core::telemetry::semconv;
 use unigen_db::models::Job;
 use unigen_providers::vendor::TranscribeOptions;
 
 use super::{params_of, required_input};
 use crate::WorkerContext;
 use crate::error::ToolError;
+use crate::output::ToolOutput;
 use crate::progress::Progress;
-use crate::registry::ToolOutput;
 
 pub async fn run(
     context: &WorkerContext,
@@ -36,7 +37,15 @@ pub async fn run(
         prompt: params.prompt.as_deref(),
         temperature: params.temperature,
     };
-    let transcript = client.transcribe(audio, &filename, &options).await?;
+    // Speech in, text out: `gen_ai.output.type` text.
+    let span = crate::trace::media_call(model, semconv::output_type::TEXT);
+    let transcript = crate::trace::call(
+        span,
+        model,
+        None,
+        client.transcribe(audio, &filename, &options),
+    )
+    .await?;
     priced(model, &transcript)
 }
 

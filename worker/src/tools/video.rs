@@ -3,6 +3,7 @@
 use serde_json::json;
 use unigen_core::ProviderError;
 use unigen_core::params::video::VideoParams;
+use unigen_core::telemetry::semconv;
 use unigen_db::models::Job;
 use unigen_render::video;
 use unigen_render::video::{VideoMode, VideoSpec};
@@ -10,8 +11,8 @@ use unigen_render::video::{VideoMode, VideoSpec};
 use super::{input, params_of, store_output};
 use crate::WorkerContext;
 use crate::error::ToolError;
+use crate::output::ToolOutput;
 use crate::progress::Progress;
-use crate::registry::ToolOutput;
 
 pub async fn run(
     context: &WorkerContext,
@@ -38,7 +39,14 @@ pub async fn run(
             }
         }
         progress.report(10).await;
-        let bytes = super::run_media(model, client.as_ref(), body, None).await?;
+        let bytes = super::run_media(
+            model,
+            client.as_ref(),
+            body,
+            None,
+            semconv::output_type::VIDEO,
+        )
+        .await?;
         let seconds = unigen_core::audio::probe_duration(&bytes).await?;
         let key = store_output(context, job, "video.mp4", bytes).await?;
         return Ok(ToolOutput {
@@ -53,7 +61,7 @@ pub async fn run(
         "video_to_video" => VideoMode::VideoToVideo,
         _ => VideoMode::TextToVideo,
     };
-    super::retry_transient(|| context.local.simulate_conditions()).await?;
+    super::simulate_local(context, job, semconv::output_type::VIDEO).await?;
     let source_image = match input(context, &params.inputs, "source_image").await? {
         Some(bytes) => Some(
             super::blocking(move || {
