@@ -787,6 +787,24 @@ pub async fn next_due_at(
     Ok(row.at)
 }
 
+/// Seconds since the oldest pending delivery was created (0 when none is
+/// pending), on the database's clock: the webhook backlog's age. Reads the
+/// pending deliveries only (the partial index `webhook_deliveries_due_idx`).
+pub async fn oldest_pending_age_seconds(conn: &mut AsyncPgConnection) -> Result<f64, DbError> {
+    #[derive(QueryableByName)]
+    struct Age {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        seconds: f64,
+    }
+    let row: Age = diesel::sql_query(
+        "SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS seconds \
+           FROM webhook_deliveries WHERE status = 'pending'",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(row.seconds.max(0.0))
+}
+
 /// What recording an attempt changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settled {
@@ -836,6 +854,20 @@ pub async fn record_attempt(
             .and(webhook_deliveries::attempts.eq(claimed.attempt)),
     );
     conn.transaction::<_, DbError, _>(async |conn| {
+        // The webhook first, then the delivery: the order `DELETE FROM
+        // webhooks` takes them in (the row, then its deliveries by cascade).
+        // Locking the delivery first deadlocked with a delete that came
+        // between the two locks (the success path updates the webhook).
+        let webhook = webhooks::table
+            .find(claimed.webhook_id)
+            .select(webhooks::id)
+            .for_no_key_update()
+            .first::<Uuid>(conn)
+            .await
+            .optional()?;
+        if webhook.is_none() {
+            return Ok(Settled::Deleted);
+        }
         // Locked, so a concurrent delete waits for this record to finish.
         let exists = webhook_deliveries::table
             .find(claimed.delivery_id)
