@@ -70,6 +70,10 @@ pub struct Limits {
     pub event_keep_alive: Duration,
     /// `http.key_rate_limit_per_minute`: each key's own rate (0: none).
     pub key_rate_per_minute: i32,
+    /// `responses.retention_seconds`: how long a stored response is kept.
+    pub response_retention: Duration,
+    /// `batches.max_file_bytes`: the largest `POST /files` upload.
+    pub max_file_bytes: u64,
 }
 
 impl Limits {
@@ -83,6 +87,8 @@ impl Limits {
             event_keep_alive: Duration::from_secs(settings.http.event_keep_alive_seconds.max(1)),
             key_rate_per_minute: i32::try_from(settings.http.key_rate_limit_per_minute)
                 .unwrap_or(i32::MAX),
+            response_retention: Duration::from_secs(settings.responses.retention_seconds),
+            max_file_bytes: settings.batches.max_file_bytes,
         }
     }
 }

@@ -117,6 +117,18 @@ ensure_s3_server() {
   fi
 }
 
+# mdBook, pinned: builds the book in docs/book (scripts/check-book). Its
+# install compiled in about 13 minutes on the 2-core machine while a
+# workspace build shared it.
+MDBOOK_VERSION=0.4.52
+ensure_mdbook() {
+  ensure_build_tools
+  if [ "$(mdbook --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+    log "installing mdbook $MDBOOK_VERSION"
+    cargo install mdbook --version "$MDBOOK_VERSION" --locked --force
+  fi
+}
+
 # Supply-chain checks of the Rust dependency graph (deny.toml). Licenses, bans
 # and sources need only Cargo.lock and crates.io, and always run. Advisories
 # need the RustSec advisory database, a git repository on GitHub that CI's
@@ -217,17 +229,21 @@ ensure_node() {
   fi
 }
 
-# The official OpenAI JS SDK, pinned in tests/sdk/js/package-lock.json
-# (npm ci, again whenever the lockfile changes).
+# The official OpenAI JS SDK, pinned in tests/sdk/js/package-lock.json, and
+# the runnable TypeScript examples' SDK and compiler, pinned in
+# examples/typescript/package-lock.json (npm ci in each, again whenever its
+# lockfile changes).
 ensure_sdk_js() {
   ensure_node
-  local dir="$ROOT/tests/sdk/js" wanted
-  wanted=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
-  if [ "$(cat "$dir/node_modules/.lock.sha256" 2>/dev/null)" != "$wanted" ]; then
-    log "installing the OpenAI JS SDK (npm ci in tests/sdk/js)"
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-    echo "$wanted" > "$dir/node_modules/.lock.sha256"
-  fi
+  local dir wanted
+  for dir in "$ROOT/tests/sdk/js" "$ROOT/examples/typescript"; do
+    wanted=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+    if [ "$(cat "$dir/node_modules/.lock.sha256" 2>/dev/null)" != "$wanted" ]; then
+      log "installing the OpenAI and Anthropic JS SDKs (npm ci in ${dir#"$ROOT"/})"
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+      echo "$wanted" > "$dir/node_modules/.lock.sha256"
+    fi
+  done
 }
 
 # The dashboard's browser tests (tests/tests/e2e/dashboard_browser.rs):

@@ -9,6 +9,7 @@ mod env;
 mod process;
 mod proxy;
 mod s3;
+pub mod soak;
 
 use std::time::Duration;
 
@@ -198,7 +199,10 @@ impl TestApp {
         settings.worker.tools = unigen_core::domain::Tool::ALL
             .iter()
             .map(|t| t.as_str().to_owned())
-            .chain([unigen_jobs::queue::KNOWLEDGE_QUEUE.to_owned()])
+            .chain([
+                unigen_jobs::queue::KNOWLEDGE_QUEUE.to_owned(),
+                unigen_jobs::batches::BATCH_QUEUE.to_owned(),
+            ])
             .collect();
         settings.worker.concurrency = 4;
         settings.worker.grace_seconds = 2;

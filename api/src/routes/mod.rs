@@ -2,6 +2,8 @@
 
 mod agent_runs;
 mod agents;
+mod batches;
+mod batches_docs;
 mod billing;
 mod chat;
 mod chat_stream;
@@ -23,9 +25,12 @@ mod messages_stream;
 mod models;
 mod multipart;
 mod music;
+mod openai_files;
 pub mod params;
 mod responses;
+mod responses_continued;
 mod responses_docs;
+mod responses_native;
 mod responses_stored;
 mod responses_stream;
 mod speech;
@@ -39,6 +44,7 @@ use utoipa_actix_web::service_config::ServiceConfig;
 
 pub use agent_runs::replay as replay_agent_run;
 pub use knowledge::{KNOWLEDGE_BODY_CEILING, KNOWLEDGE_UPLOAD_TEMPLATE};
+pub use openai_files::{FILES_MULTIPART_OVERHEAD, FILES_UPLOAD_TEMPLATE};
 
 /// Every `/api/v1` route; each is collected into the OpenAPI document.
 pub fn configure_v1(cfg: &mut ServiceConfig) {
@@ -62,6 +68,15 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
         .service(messages::create_message)
         .service(messages::count_message_tokens)
         .service(embeddings::create_embeddings)
+        .service(openai_files::create_file)
+        .service(openai_files::list_files)
+        .service(openai_files::get_file)
+        .service(openai_files::get_file_content)
+        .service(openai_files::delete_file)
+        .service(batches::create_batch)
+        .service(batches::list_batches)
+        .service(batches::get_batch)
+        .service(batches::cancel_batch)
         .service(jobs::list_jobs)
         .service(jobs::get_job)
         .service(jobs::cancel_job)
@@ -105,7 +120,17 @@ pub fn configure_v1(cfg: &mut ServiceConfig) {
 /// handlers as under `/api/v1`.
 pub fn configure_root_v1(cfg: &mut ServiceConfig) {
     cfg.service(messages::create_message)
-        .service(messages::count_message_tokens);
+        .service(messages::count_message_tokens)
+        // OpenAI's Files and Batches APIs, for `OPENAI_BASE_URL=<origin>/v1`.
+        .service(openai_files::create_file)
+        .service(openai_files::list_files)
+        .service(openai_files::get_file)
+        .service(openai_files::get_file_content)
+        .service(openai_files::delete_file)
+        .service(batches::create_batch)
+        .service(batches::list_batches)
+        .service(batches::get_batch)
+        .service(batches::cancel_batch);
 }
 
 /// Routes outside the versioned API.

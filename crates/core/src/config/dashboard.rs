@@ -21,6 +21,7 @@ pub struct DashboardSettings {
     /// Failed sign-ins for one email within `login_window_minutes` that
     /// lock it ...
     pub login_max_failures: i32,
+    /// The window `login_max_failures` counts in.
     pub login_window_minutes: u64,
     /// ... for this long.
     pub lockout_minutes: u64,

@@ -7,15 +7,19 @@ use serde::Deserialize;
 
 use crate::domain::{ModelCategory, ModelTier};
 
+mod batches;
 mod dashboard;
+mod responses;
 mod search;
 mod telemetry;
 mod voices;
 mod webhooks;
 
+pub use batches::BatchSettings;
 pub use dashboard::DashboardSettings;
+pub use responses::ResponsesSettings;
 pub use search::SearchSettings;
-pub use telemetry::TelemetrySettings;
+pub use telemetry::{LogSettings, TelemetrySettings};
 pub use voices::VoiceSettings;
 pub use webhooks::WebhookSettings;
 
@@ -61,6 +65,9 @@ pub struct Settings {
     /// `[search]`: web search for `web_search: true` (the `search` module of unigen-providers).
     #[serde(default)]
     pub search: SearchSettings,
+    /// `[responses]`: how long stored responses of the Responses API are kept.
+    #[serde(default)]
+    pub responses: ResponsesSettings,
     pub jobs: JobSettings,
     pub notify: NotifySettings,
     pub worker: WorkerSettings,
@@ -78,9 +85,15 @@ pub struct Settings {
     /// `[telemetry]`: OpenTelemetry traces (`unigen_core::telemetry`).
     #[serde(default)]
     pub telemetry: TelemetrySettings,
+    /// `[log]`: the log lines' format (text or JSON).
+    #[serde(default)]
+    pub log: LogSettings,
     /// `[voices]`: raw voice ids allowed, cloned voices per organization.
     #[serde(default)]
     pub voices: VoiceSettings,
+    /// `[batches]`: the Files and Batches APIs.
+    #[serde(default)]
+    pub batches: BatchSettings,
     pub local_provider: LocalProviderSettings,
     /// `[metering]`: how API processes hold concurrency slots and credits.
     pub metering: MeteringSettings,
@@ -118,18 +131,32 @@ pub enum AliasTarget {
 /// adapter's own, e.g. `anthropic-version`); `timeout_seconds` per request.
 #[derive(Clone, Default, Deserialize)]
 pub struct UpstreamSettings {
+    /// What the vendor's official SDK takes as its base URL.
     pub base_url: String,
+    /// The key sent to the vendor. Never logged.
     #[serde(default)]
     pub api_key: String,
+    /// Several keys, used in turn (a key answered 429 rests for its
+    /// `Retry-After`); wins over `api_key`.
     #[serde(default)]
     pub api_keys: Vec<String>,
+    /// Headers sent with every request; they replace the adapter's own by
+    /// name. Values never logged.
     #[serde(default)]
     pub headers: std::collections::BTreeMap<String, String>,
+    /// Limit of one upstream request, in seconds.
     #[serde(default = "default_upstream_timeout")]
     pub timeout_seconds: u64,
     /// Azure OpenAI's `api-version` (the adapter's default when unset).
     #[serde(default)]
     pub api_version: Option<String>,
+    /// `openai` and `azure-openai` upstreams: the upstream speaks OpenAI's
+    /// Responses API (`POST {base}/responses`; Azure's
+    /// `{endpoint}/openai/v1/responses`), so `POST /responses` requests for
+    /// its models are forwarded to it as sent instead of bridged through
+    /// chat completions.
+    #[serde(default)]
+    pub responses: bool,
 }
 
 fn default_upstream_timeout() -> u64 {
@@ -170,18 +197,24 @@ impl std::fmt::Debug for UpstreamSettings {
 /// `[database]`: `url`, `pool_size`, `connect_timeout_ms`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DatabaseSettings {
+    /// PostgreSQL connection URL.
     pub url: String,
+    /// Connections per process (plus one LISTEN connection).
     pub pool_size: usize,
+    /// Connect and pool-wait timeout, in milliseconds.
     pub connect_timeout_ms: u64,
 }
 
 /// `[rabbitmq]`: `url`, `prefix`, `queue_type`, `queue_expires_ms` (tests only).
 #[derive(Debug, Clone, Deserialize)]
 pub struct RabbitSettings {
+    /// RabbitMQ connection URL (AMQP).
     pub url: String,
     pub prefix: String,
     /// `quorum` (replicated, durable; the production choice) or `classic`.
     pub queue_type: String,
+    /// Tests only: queues expire after this long unused and the exchange
+    /// auto-deletes (production queues are permanent).
     pub queue_expires_ms: Option<u32>,
 }
 
@@ -189,10 +222,16 @@ pub struct RabbitSettings {
 /// `shutdown_grace_seconds`, `key_cache_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct HttpSettings {
+    /// The API's listen address.
     pub host: String,
+    /// The API's listen port.
     pub port: u16,
+    /// Base URL clients use to reach this API; file URLs are built from it.
+    /// Empty: `http://<bound address>`.
     pub public_base_url: String,
+    /// HTTP worker threads.
     pub workers: usize,
+    /// Largest request body, in bytes (413 past it).
     pub max_body_bytes: usize,
     /// On SIGTERM, in-flight requests get this long to finish.
     pub shutdown_grace_seconds: u64,
@@ -225,9 +264,14 @@ fn default_event_keep_alive_seconds() -> u64 {
 /// `url_ttl_seconds`, and `[storage.s3]` for the `s3` backend.
 #[derive(Debug, Clone, Deserialize)]
 pub struct StorageSettings {
+    /// Where files go: `local` (a directory) or `s3` (an S3-compatible bucket).
     pub backend: String,
+    /// The `local` backend's directory (`<dir>/<key>`).
     pub dir: PathBuf,
+    /// HMAC key of signed file URLs. The API and the worker refuse to start
+    /// with the built-in default (or an empty key) unless `dev_mode` is on.
     pub url_secret: String,
+    /// Lifetime of a file URL, in seconds (signed when shown).
     pub url_ttl_seconds: u64,
     #[serde(default)]
     pub s3: S3Settings,
@@ -240,12 +284,16 @@ pub struct StorageSettings {
 #[derive(Clone, Deserialize)]
 #[serde(default)]
 pub struct S3Settings {
+    /// The bucket's name.
     pub bucket: String,
+    /// The bucket's region (`auto` for R2); unset: `AWS_REGION`.
     pub region: Option<String>,
     /// For S3-compatible servers (`https://<account>.r2.cloudflarestorage.com`,
     /// `http://minio:9000`); none for AWS.
     pub endpoint: Option<String>,
+    /// Unset: `AWS_ACCESS_KEY_ID`.
     pub access_key_id: Option<String>,
+    /// Unset: `AWS_SECRET_ACCESS_KEY`. Never logged.
     pub secret_access_key: Option<String>,
     /// Lets `endpoint` be plain `http://` (a server on the same host).
     pub allow_http: bool,
@@ -297,8 +345,12 @@ pub const MAX_PRESIGN_SECONDS: u64 = 7 * 24 * 3600;
 /// `[fetch]`: `max_bytes`, `timeout_seconds`, `allow_private_addresses`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct FetchSettings {
+    /// Largest media input (a URL's body or base64 data), in bytes.
     pub max_bytes: usize,
+    /// Limit of fetching one media URL.
     pub timeout_seconds: u64,
+    /// Allows media URLs on private, loopback and link-local addresses
+    /// (tests only).
     pub allow_private_addresses: bool,
 }
 
@@ -349,17 +401,49 @@ impl JobSettings {
 /// `[notify]`: `channel`, `coalesce_ms`, `recheck_seconds`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct NotifySettings {
+    /// The PostgreSQL NOTIFY channel of job changes (`[a-z0-9_]+`).
     pub channel: String,
     pub coalesce_ms: u64,
     pub recheck_seconds: u64,
 }
 
-/// `[worker]`: `tools`, `concurrency` (per tool), `grace_seconds`,
-/// `metrics_addr`.
+/// `[worker]`: `tools`, `concurrency`, `remote_concurrency`,
+/// `local_concurrency`, `per_tool.<tool>.remote_concurrency` and
+/// `per_tool.<tool>.local_concurrency`, `grace_seconds`, `metrics_addr`.
+///
+/// Each tool a worker serves has its own budgets of jobs at once: one for
+/// its models on a network adapter (`fal`, `replicate`, `openai`...: the job
+/// waits on the vendor), one for its models on the in-process `local`
+/// adapter (the job renders on this CPU). Its queue's RabbitMQ prefetch is
+/// the sum of the budgets of the kinds its catalogue models use. From the
+/// most specific: `per_tool.<tool>.*_concurrency`, then `concurrency` (when
+/// not 0: every budget, the old single setting), then
+/// `remote_concurrency` / `local_concurrency`, then the built-in defaults
+/// (remote: 512, at most one per 16 MiB of available memory; local: the
+/// number of cores). In the environment:
+/// `UNIGEN__WORKER__PER_TOOL__VIDEO__REMOTE_CONCURRENCY=128`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct WorkerSettings {
+    /// Tools whose queues the worker consumes (`image`, `image_edit`, `video`,
+    /// `music`, `tts`, `stt`, and `knowledge`); `--tools` overrides it.
     pub tools: Vec<String>,
+    /// When not 0, every per-tool budget (remote and local) unless
+    /// `per_tool` sets it, and the knowledge and batch queues' concurrency
+    /// (4 when 0); `--concurrency` overrides it. 0 (the default): the
+    /// budgets below.
+    #[serde(default)]
     pub concurrency: usize,
+    /// Jobs at once per tool for models on a network adapter; unset: 512,
+    /// capped at one job per 16 MiB of the memory available at start.
+    #[serde(default)]
+    pub remote_concurrency: Option<usize>,
+    /// Jobs at once per tool for models on the in-process `local` adapter;
+    /// unset: the number of cores (`std::thread::available_parallelism`).
+    #[serde(default)]
+    pub local_concurrency: Option<usize>,
+    /// Budgets of one tool (`[worker.per_tool.video]`), by tool name.
+    #[serde(default)]
+    pub per_tool: std::collections::BTreeMap<String, ToolConcurrency>,
     pub grace_seconds: u64,
     /// Where the worker serves `GET /metrics` and `GET /healthz`; empty: no
     /// endpoint. A port in use is logged and the worker runs without it.
@@ -371,12 +455,28 @@ fn default_worker_metrics_addr() -> String {
     "127.0.0.1:9101".into()
 }
 
+/// `[worker.per_tool.<tool>]`: `remote_concurrency`, `local_concurrency`,
+/// the tool's budgets (unset: `[worker]`'s).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ToolConcurrency {
+    /// Jobs of this tool at once for models on a network adapter.
+    #[serde(default)]
+    pub remote_concurrency: Option<usize>,
+    /// Jobs of this tool at once for models on the `local` adapter.
+    #[serde(default)]
+    pub local_concurrency: Option<usize>,
+}
+
 /// `[scheduler]`: `tick_ms`, `relay_after_seconds`, `relay_batch`, `grace_seconds`,
 /// `metrics_addr`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SchedulerSettings {
+    /// Idle pause of each scheduler task, in milliseconds.
     pub tick_ms: u64,
+    /// Jobs whose publish the broker has not confirmed this long after
+    /// creation are published again by the relay.
     pub relay_after_seconds: u64,
+    /// Jobs per relay round.
     pub relay_batch: i64,
     /// On SIGTERM, the current rounds and webhook attempts get this long to
     /// finish; attempts still running then are retried by another
@@ -459,18 +559,29 @@ pub struct MeteringSettings {
 /// `[local_provider]`: `latency_ms`, `failure_rate`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct LocalProviderSettings {
+    /// Latency added to every call of the built-in provider (load tests).
     pub latency_ms: u64,
+    /// Share of the built-in provider's calls that fail with a transient
+    /// error, 0.0 to 1.0 (fault tests).
     pub failure_rate: f64,
 }
 
 /// One `[[models]]` entry of the catalogue.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModelEntry {
+    /// The model's id in requests and `GET /models` (`local/echo`).
     pub id: String,
+    /// What it serves.
     pub category: ModelCategory,
+    /// Its price tier (quota multipliers).
     pub tier: ModelTier,
+    /// The vendor's wire format: `local`, `openai`, `azure-openai`,
+    /// `anthropic`, `gemini`, `elevenlabs`, `fal` or `replicate`.
     pub adapter: String,
+    /// `owned_by` in `GET /models`.
     pub owned_by: String,
+    /// What it can do (`chat`, `streaming`, `vision`, `text_to_image`...),
+    /// listed by `GET /models` and used to pick defaults.
     #[serde(default)]
     pub capabilities: Vec<String>,
     /// Credits per unit of output: an image, an edit, a second of video, a
@@ -495,6 +606,8 @@ pub struct ModelEntry {
     /// `openai` adapter: the `[upstreams.*]` entry and the model name there.
     #[serde(default)]
     pub upstream: Option<String>,
+    /// The model's name at the upstream (a deployment on Azure, an app id
+    /// on fal, `owner/model` on Replicate).
     #[serde(default)]
     pub upstream_model: Option<String>,
     /// Further `[upstreams.*]` to try, in order, when `upstream` fails.
@@ -618,8 +731,41 @@ impl Settings {
         if !(0.0..=1.0).contains(&self.local_provider.failure_rate) {
             return bad("local_provider.failure_rate must be between 0.0 and 1.0".into());
         }
-        if self.worker.concurrency == 0 {
-            return bad("worker.concurrency must be at least 1".into());
+        let budgets = self.worker.per_tool.iter().flat_map(|(tool, limits)| {
+            [
+                (
+                    format!("worker.per_tool.{tool}.remote_concurrency"),
+                    limits.remote_concurrency,
+                ),
+                (
+                    format!("worker.per_tool.{tool}.local_concurrency"),
+                    limits.local_concurrency,
+                ),
+            ]
+        });
+        let budgets = [
+            (
+                "worker.remote_concurrency".to_owned(),
+                self.worker.remote_concurrency,
+            ),
+            (
+                "worker.local_concurrency".to_owned(),
+                self.worker.local_concurrency,
+            ),
+        ]
+        .into_iter()
+        .chain(budgets);
+        for (key, budget) in budgets {
+            if budget == Some(0) {
+                return bad(format!("{key} must be at least 1"));
+            }
+        }
+        for tool in self.worker.per_tool.keys() {
+            if tool.parse::<crate::domain::Tool>().is_err() {
+                return bad(format!(
+                    "worker.per_tool.{tool}: no such tool (image, image_edit, video, music, tts, stt)"
+                ));
+            }
         }
         if self.knowledge.chunk_tokens < 16 || self.knowledge.chunk_tokens > 8192 {
             return bad("knowledge.chunk_tokens must be between 16 and 8192".into());
