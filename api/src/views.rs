@@ -111,6 +111,7 @@ pub fn job_usage(job: &Job) -> Value {
         "tts" => json!({ "chars_used": output["character_count"], "quota_multiplier": multiplier }),
         "stt" => json!({ "seconds_used": output["duration"], "quota_multiplier": multiplier }),
         "music" => json!({ "tracks_used": 1, "quota_multiplier": multiplier }),
+        "responses" => json!({ "tokens_used": output["response"]["usage"]["total_tokens"] }),
         _ => json!({}),
     };
     if let (Value::Object(usage), Value::Object(counters)) = (&mut usage, counters) {

@@ -199,6 +199,8 @@ def check_scaled_object(doc: dict, where: str, index: dict, facts: dict, finding
         workers = [c for c in spec_.get("containers") or [] if image_binary(c.get("image", "")) == "unigen-worker"]
         args = workers[0].get("args", []) if workers else []
         tools = args[args.index("--tools") + 1].split(",") if "--tools" in args else []
+        # Work claimed from PostgreSQL (batch lines) has no queue to scale on.
+        tools = [tool for tool in tools if tool not in facts["claimed"]]
         if sorted(tools) != sorted(queues):
             findings.add(where, f"its triggers scale on {sorted(queues)} but {ref.get('name')} consumes --tools {sorted(tools)}")
     doc.setdefault("_queues", queues)

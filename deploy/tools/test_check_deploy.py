@@ -33,7 +33,7 @@ CASES = [
      "kubernetes/base/worker-audio.yaml", '"tts,stt,music"', '"tts,stt"',
      "consumes --tools ['stt', 'tts']"),
     ("a tool no worker group consumes fails",
-     "kubernetes/base/worker-batch.yaml", '"--tools", "batch"', '"--tools", "batches"',
+     "kubernetes/base/worker-batch.yaml", '"--tools", "batch,responses"', '"--tools", "batches,responses"',
      "batch is consumed by 0 worker Deployments"),
     ("an unknown ScaledObject field fails the structural check",
      "kubernetes/base/worker-image.yaml", "  pollingInterval: 10", "  pollingIntervall: 10",

@@ -569,9 +569,8 @@ impl BatchRunner {
             };
             let stored = async {
                 let mut conn = self.pool.get().await.map_err(DbError::from)?;
-                // A rerun of the line stores the same id again: keep the first.
-                queries::responses::delete(&mut conn, line.org_id, &new.id).await?;
-                queries::responses::insert(&mut conn, &new).await
+                // A rerun of the line stores the same id again.
+                queries::responses::replace(&mut conn, &new).await
             }
             .await;
             if let Err(err) = stored {

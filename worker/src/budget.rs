@@ -115,6 +115,7 @@ fn serves(tool: Tool, model: &ModelEntry) -> bool {
         Tool::Music => model.category == ModelCategory::Music,
         Tool::Tts => model.category == ModelCategory::Audio && has("text_to_speech"),
         Tool::Stt => model.category == ModelCategory::Audio && has("speech_to_text"),
+        Tool::Responses => model.category == ModelCategory::Chat,
     }
 }
 

@@ -173,7 +173,7 @@ async fn charge(
                 id: job.id,
                 charge,
                 multiplier,
-                usage: billing::job_usage_record(job, "success"),
+                usage: billing::completed_job_usage_record(job, output),
             }
         })
         .collect();
@@ -197,7 +197,7 @@ async fn charge_one(conn: &mut AsyncPgConnection, finish: &Finish) -> Result<(),
             actual_credits,
         } => {
             let (charge, multiplier) = billing::job_charge(job, output, *actual_credits);
-            let record = billing::job_usage_record(job, "success");
+            let record = billing::completed_job_usage_record(job, output);
             if let Some(settled) =
                 queries::billing::settle(conn, job.id, &charge, multiplier, &record).await?
             {

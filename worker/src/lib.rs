@@ -63,6 +63,9 @@ pub(crate) struct WorkerContext {
     pub fixtures: tools::fixture::Fixtures,
     /// `[voices]`: raw voice ids allowed, cloned voices per organization.
     pub voices: unigen_core::config::VoiceSettings,
+    /// The chat turn (with fallbacks) behind background responses and
+    /// batch lines.
+    pub chat: unigen_providers::completion::ChatService,
 }
 
 /// What a worker consumes: job queues of public tools and, when `knowledge`
@@ -149,6 +152,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         },
     );
     unigen_core::telemetry::metrics::set_models(&settings.models);
+    let providers = Providers::new(&settings.upstreams);
+    let local = LocalProvider::new(&settings.local_provider);
+    let catalogue = Arc::new(Catalogue::new(settings.models.clone()));
+    let search = unigen_providers::search::SearchClient::from_settings(&settings.search)
+        .context("configuring web search")?;
+    let chat = unigen_providers::completion::ChatService::new(
+        catalogue.clone(),
+        providers.clone(),
+        local.clone(),
+        search,
+    );
     let context = Arc::new(WorkerContext {
         pool,
         store: build_store(&settings.storage).context("configuring storage")?,
@@ -157,9 +171,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             &settings.http.public_base_url,
             Duration::from_secs(settings.storage.url_ttl_seconds),
         ),
-        local: LocalProvider::new(&settings.local_provider),
+        local,
         catalogue: Catalogue::new(settings.models.clone()),
-        providers: Providers::new(&settings.upstreams),
+        providers,
         notifier,
         hub,
         worker_id,
@@ -181,6 +195,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         finisher,
         fixtures: tools::fixture::Fixtures::new(&settings),
         voices: settings.voices.clone(),
+        chat,
     });
     tracing::info!(worker_id = %context.worker_id, tools = ?tools, knowledge, concurrency = context.concurrency, "worker started");
     for &tool in &tools {
@@ -239,19 +254,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         )));
     }
     if batch {
-        let catalogue = Arc::new(Catalogue::new(settings.models.clone()));
-        let search = unigen_providers::search::SearchClient::from_settings(&settings.search)
-            .context("configuring web search")?;
         let runner = Arc::new(batches::BatchRunner {
             pool: context.pool.clone(),
             worker_id: context.worker_id.clone(),
             lease: context.lease,
-            chat: unigen_providers::completion::ChatService::new(
-                catalogue.clone(),
-                context.providers.clone(),
-                context.local.clone(),
-                search,
-            ),
+            chat: context.chat.clone(),
             embeddings: unigen_providers::embedding::EmbeddingService::new(
                 context.providers.clone(),
                 context.local.clone(),
@@ -321,12 +328,13 @@ mod tests {
         );
         let err = parse_tools(&names(&["image", "teleport"])).unwrap_err();
         assert!(
-            err.to_string().ends_with("stt, knowledge, batch"),
+            err.to_string()
+                .ends_with("stt, responses, knowledge, batch"),
             "the error lists knowledge: {err}"
         );
         assert!(
             "knowledge".parse::<Tool>().is_err(),
-            "GET /jobs?tool= keeps the six tools"
+            "GET /jobs?tool= lists the tools that are job types"
         );
     }
 }

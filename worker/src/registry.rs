@@ -23,8 +23,9 @@ pub async fn run(
         .get(&job.model)
         .map_or(Kind::Local, Kind::of);
     let _permit = context.budgets.acquire(tool, kind).await;
-    // Benchmark models: the handler runs only for the first job of a shape.
-    if tools::fixture::serves(context, job) {
+    // Benchmark models: the handler runs only for the first job of a shape
+    // (a response is a chat turn: its answer is never reused).
+    if tool != Tool::Responses && tools::fixture::serves(context, job) {
         return tools::fixture::run(context, tool, job, handler(context, tool, job, progress))
             .await;
     }
@@ -46,5 +47,6 @@ async fn handler(
         Tool::Music => tools::music::run(context, job, progress).await,
         Tool::Tts => tools::speech::run(context, job, progress).await,
         Tool::Stt => tools::transcription::run(context, job, progress).await,
+        Tool::Responses => tools::responses::run(context, job).await,
     }
 }

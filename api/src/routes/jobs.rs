@@ -21,7 +21,7 @@ const KIND: &str = "job";
 #[utoipa::path(
     tag = "jobs",
     params(
-        ("tool" = Option<String>, Query, pattern = "^(image|image_edit|video|music|tts|stt)$", description = "image, image_edit, video, music, tts or stt"),
+        ("tool" = Option<String>, Query, pattern = "^(image|image_edit|video|music|tts|stt|responses)$", description = "image, image_edit, video, music, tts, stt or responses (background Responses API requests)"),
         ("pending" = Option<bool>, Query, description = "Only pending and processing jobs (default false)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 100, description = "1 to 100, default 20"),
     ),

@@ -28,6 +28,7 @@ mod music;
 mod openai_files;
 pub mod params;
 mod responses;
+mod responses_background;
 mod responses_continued;
 mod responses_docs;
 mod responses_native;

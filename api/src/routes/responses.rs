@@ -2,7 +2,8 @@
 //! completion path (`unigen_protocols::responses`): the same catalogue,
 //! keys, scope `chat`, rate limits, metering and fallbacks as
 //! `POST /chat/completions`. Stored (`store`, the default) for `GET`,
-//! `input_items` and `previous_response_id`.
+//! `input_items` and `previous_response_id`. `background: true` runs it as
+//! a job instead (`responses_background`).
 
 use actix_web::{HttpResponse, post, web};
 use serde_json::{Map, Value, json};
@@ -16,7 +17,8 @@ use unigen_protocols::responses::{Ids, Invalid, ResponsesRequest, parse_request,
 use unigen_providers::chat::ChatCompletionRequest;
 use unigen_providers::completion::{ChatError, ChatService, PreparedChat};
 
-use super::responses_continued::{RESPONSES_ENDPOINT, continued_response};
+use super::responses_background;
+use super::responses_continued::{RESPONSES_ENDPOINT, continued_response, invalid};
 use super::responses_native;
 use super::responses_stream::{Conversation, local_chunks, relay};
 use crate::auth::Caller;
@@ -32,11 +34,11 @@ use crate::state::AppState;
     tag = "responses",
     request_body = super::responses_docs::ResponseCreateRequest,
     responses(
-        (status = 200, description = "The `response` object; or (`stream`) `text/event-stream` of typed events (`event: response.created` ... `response.completed`, `response.incomplete` or `response.failed`), each `data` a JSON object with `type` and `sequence_number`", content(
+        (status = 200, description = "The `response` object (`background`: `queued`, to poll); or (`stream`) `text/event-stream` of typed events (`event: response.created` ... `response.completed`, `response.incomplete` or `response.failed`), each `data` a JSON object with `type` and `sequence_number`", content(
             (super::responses_docs::ResponseObject = "application/json"),
             ("text/event-stream"),
         )),
-        (status = 400, description = "`invalid_request`: an invalid field, or one the service cannot honour (hosted tool types, `background`...): `param` names it", body = ErrorBody),
+        (status = 400, description = "`invalid_request`: an invalid field, or one the service cannot honour (hosted tool types, `background` with `stream` or without `store`...): `param` names it", body = ErrorBody),
         (status = 402, description = "`quota_exceeded`: the chat token quota, the credits or the overage hard limit", body = ErrorBody),
         (status = 404, description = "`previous_response_id` names no stored response of the organization", body = ErrorBody),
         (status = 413, description = "`payload_too_large`: the body is larger than the server's limit", body = ErrorBody),
@@ -65,10 +67,7 @@ pub async fn create_response(
     }
     let request = parse_request(&body).map_err(invalid)?;
     if request.background {
-        return Err(invalid(Invalid::new(
-            "background",
-            "background mode is not available on this service yet; send the request without `background`",
-        )));
+        refuse_in_background(&request).map_err(invalid)?;
     }
     let unique = uuid::Uuid::now_v7().simple().to_string();
     let mut ids = Ids::new(&unique);
@@ -81,6 +80,10 @@ pub async fn create_response(
         mut params,
         prompt_tokens,
     } = state.chat.prepare(&chat, false).await.map_err(chat_error)?;
+    if request.background {
+        return responses_background::create(&state, &caller, body, &model, &params, prompt_tokens)
+            .await;
+    }
     let head = Head {
         id: format!("resp_{unique}"),
         created_at: chrono::Utc::now().timestamp(),
@@ -161,6 +164,24 @@ pub async fn create_response(
     Ok(HttpResponse::Ok().json(response))
 }
 
+/// What a background response cannot be: streamed (it is polled), or
+/// unstored (its answer is read later).
+fn refuse_in_background(request: &ResponsesRequest) -> Result<(), Invalid> {
+    if request.stream {
+        return Err(Invalid::new(
+            "stream",
+            "stream: a background response is polled with GET /responses/{id}, not streamed; send `background` or `stream`, not both",
+        ));
+    }
+    if !request.store {
+        return Err(Invalid::new(
+            "store",
+            "store: a background response is read later, so it must be stored; send `store: true` (the default) with `background`",
+        ));
+    }
+    Ok(())
+}
+
 /// The catalogue model a request names, when its upstreams speak the
 /// Responses API natively (else the request is bridged through chat, which
 /// reports a bad or unknown model).
@@ -214,13 +235,6 @@ impl Conversation {
         let mut conn = self.pool.get().await.map_err(DbError::from)?;
         queries::responses::insert(&mut conn, &new).await?;
         Ok(())
-    }
-}
-
-pub fn invalid(err: Invalid) -> ApiError {
-    ApiError::InvalidField {
-        param: err.param,
-        message: err.message,
     }
 }
 

@@ -1,9 +1,11 @@
-//! What the Responses routes (bridged and native) share: the endpoint's
-//! metering label and the stored response a `previous_response_id` names.
+//! What the Responses routes (bridged, native, background, stored) share:
+//! the endpoint's metering label, the stored response a
+//! `previous_response_id` names, and a refused field as an error.
 //! A leaf: it imports no other Responses module.
 
 use unigen_db::queries::responses::StoredResponse;
 use unigen_db::{DbError, queries};
+use unigen_protocols::responses::Invalid;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -31,4 +33,12 @@ pub async fn continued_response(
             ))
         })?;
     Ok(Some(stored))
+}
+
+/// A field the Responses bridge refused, as the error naming it.
+pub fn invalid(err: Invalid) -> ApiError {
+    ApiError::InvalidField {
+        param: err.param,
+        message: err.message,
+    }
 }

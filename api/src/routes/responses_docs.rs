@@ -43,8 +43,9 @@ pub enum ResponseInput {
 /// Body of `POST /responses` (OpenAI's Responses API). A field the service
 /// cannot honour is a 400 naming it, never dropped: hosted tool types
 /// (`file_search`, `web_search_preview`, `computer_use_preview`...),
-/// `conversation`, `prompt`, `include` values, `truncation: auto`,
-/// `background`.
+/// `conversation`, `prompt`, `include` values, `truncation: auto`;
+/// `background` with `stream`, without `store`, or for a model served by a
+/// native Responses upstream.
 #[derive(ToSchema)]
 pub struct ResponseCreateRequest {
     /// A chat model of the catalogue (id or alias); the default chat model when absent.
@@ -76,7 +77,7 @@ pub struct ResponseCreateRequest {
     pub previous_response_id: Option<String>,
     /// Stream typed server-sent events.
     pub stream: Option<bool>,
-    /// Not offered yet: `true` is a 400.
+    /// Run the response as a job of the `responses` tool (listed by `GET /jobs`): answered at once `queued`, then polled with `GET /responses/{id}` (`in_progress`, `completed`, `failed`, `cancelled`) and cancelled with `POST /responses/{id}/cancel`. Not with `stream`; requires `store`.
     pub background: Option<bool>,
     pub user: Option<String>,
     pub safety_identifier: Option<String>,

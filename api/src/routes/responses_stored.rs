@@ -1,6 +1,7 @@
 //! Stored responses: read, delete, cancel (background responses only) and
 //! list their input items. Scope `chat`; another organization's response
-//! is not found.
+//! is not found. A background response is read from its job until it is
+//! answered (`responses_background`).
 
 use std::collections::HashMap;
 
@@ -11,18 +12,25 @@ use unigen_db::queries::responses::StoredResponse;
 use unigen_db::{DbError, queries};
 use unigen_protocols::responses::list;
 
-use super::responses::invalid;
+use super::responses_background;
+use super::responses_continued::invalid;
 use super::responses_docs::{ResponseDeleted, ResponseItemList, ResponseObject};
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorBody};
 use crate::state::AppState;
 
-async fn stored(state: &AppState, caller: &Caller, id: &str) -> Result<StoredResponse, ApiError> {
+async fn stored(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Option<StoredResponse>, ApiError> {
     caller.require(Scope::Chat)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
-    queries::responses::find(&mut conn, caller.org_id, id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("response {id} not found")))
+    Ok(queries::responses::find(&mut conn, caller.org_id, id).await?)
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound(format!("response {id} not found"))
 }
 
 /// Read a stored response.
@@ -50,8 +58,9 @@ pub async fn get_response(
                 .into(),
         });
     }
-    let response = stored(&state, &caller, &path).await?;
-    Ok(HttpResponse::Ok().json(response.body))
+    let stored = stored(&state, &caller, &path).await?;
+    let response = responses_background::current(&state, &caller, &path, stored).await?;
+    Ok(HttpResponse::Ok().json(response))
 }
 
 /// Delete a stored response.
@@ -73,7 +82,15 @@ pub async fn delete_response(
     caller.require(Scope::Chat)?;
     let mut conn = state.pool.get().await.map_err(DbError::from)?;
     let Some(deleted) = queries::responses::delete(&mut conn, caller.org_id, &path).await? else {
-        return Err(ApiError::NotFound(format!("response {path} not found")));
+        drop(conn);
+        return Err(
+            match responses_background::unanswered_status(&state, &caller, &path).await? {
+                Some(status) => ApiError::BadRequest(format!(
+                    "response {path} has no answer to delete yet (it is {status}); cancel it with POST /responses/{path}/cancel"
+                )),
+                None => not_found(&path),
+            },
+        );
     };
     drop(conn);
     // A response a native upstream holds is deleted there too, when that
@@ -96,15 +113,16 @@ pub async fn delete_response(
     )
 }
 
-/// Cancel a background response. Responses are answered in the request
-/// (background mode is not offered), so a stored response cannot be
-/// cancelled: a 400.
+/// Cancel a background response that is queued or in progress: nothing is
+/// charged for it. A response answered in its request, or one that already
+/// finished, is a 400.
 #[utoipa::path(
     tag = "responses",
     params(("id" = String, Path, description = "Response id (`resp_...`)")),
     responses(
-        (status = 400, description = "Only background responses can be cancelled, and this one was answered in its request", body = ErrorBody),
-        (status = 404, description = "No stored response (another organization's included)", body = ErrorBody),
+        (status = 200, description = "The response, `cancelled`", body = ResponseObject),
+        (status = 400, description = "Not a background response (answered in its request), or it already completed or failed", body = ErrorBody),
+        (status = 404, description = "No response (another organization's included)", body = ErrorBody),
     ),
     security(("bearer" = ["chat"]))
 )]
@@ -114,11 +132,8 @@ pub async fn cancel_response(
     caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let response = stored(&state, &caller, &path).await?;
-    Err(ApiError::BadRequest(format!(
-        "only background responses can be cancelled; response {} was answered in its request (status {})",
-        response.id, response.status
-    )))
+    let response = responses_background::cancel(&state, &caller, &path).await?;
+    Ok(HttpResponse::Ok().json(response))
 }
 
 /// List a stored response's input items (newest first by default).
@@ -161,11 +176,16 @@ pub async fn list_input_items(
             _ => {}
         }
     }
-    let response = stored(&state, &caller, &path).await?;
-    let items = match &response.input_items {
-        Value::Array(items) => items.as_slice(),
-        _ => &[],
+    let items = match stored(&state, &caller, &path).await? {
+        Some(response) => match response.input_items {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        },
+        None => responses_background::input_items(&state, &caller, &path)
+            .await?
+            .ok_or_else(|| not_found(&path))?,
     };
+    let items = items.as_slice();
     let page = list::page(items, order, after, limit).map_err(invalid)?;
     Ok(HttpResponse::Ok().json(page))
 }

@@ -465,9 +465,10 @@ impl UrlSigner {
     }
 }
 
-/// Client-supplied JSON passed through to a provider verbatim: whatever it
-/// names is the client's text, never a file this server stored.
-const CLIENT_JSON_FIELDS: [&str; 1] = ["model_inputs"];
+/// Client-supplied JSON passed through to a provider verbatim, and a
+/// background `response` object (a model's answer and the client's
+/// `metadata`): whatever they name is text, never a file this server stored.
+const CLIENT_JSON_FIELDS: [&str; 2] = ["model_inputs", "response"];
 
 /// Whether `key` is a file this server stored for `org_id`: a valid key under
 /// the organization's prefix. Anything else in a job's JSON (a client's

@@ -197,6 +197,7 @@ pub fn endpoint_of_tool(tool: Tool) -> &'static str {
         Tool::Music => "/v1/music/generations",
         Tool::Tts => "/v1/audio/speech",
         Tool::Stt => "/v1/audio/transcriptions",
+        Tool::Responses => "/v1/responses",
     }
 }
 
@@ -252,6 +253,21 @@ pub fn job_usage_record(job: &Job, status: &str) -> UsageRecord {
         total_tokens: 0,
         created_at: now,
     }
+}
+
+/// A completed job's usage record; a background response's carries the
+/// tokens its answer reports, as the same request answered in place does.
+pub fn completed_job_usage_record(job: &Job, output: &Value) -> UsageRecord {
+    let mut record = job_usage_record(job, "success");
+    if job.tool == Tool::Responses.as_str() {
+        let usage = &output["response"]["usage"];
+        let count = |key: &str| usage[key].as_i64().unwrap_or(0);
+        record.prompt_tokens = count("input_tokens");
+        record.completion_tokens = count("output_tokens");
+        record.total_tokens = record.prompt_tokens + record.completion_tokens;
+        record.tools_used = Vec::new();
+    }
+    record
 }
 
 /// What a completed job is charged: its actual credits and its measured

@@ -155,6 +155,10 @@ pub fn units_of(tool: &str, output: &Value) -> (Value, &'static str) {
         "music" => (json!(1), "music_tracks"),
         "tts" => (output["character_count"].clone(), "tts_chars"),
         "stt" => (output["duration"].clone(), "stt_seconds"),
+        "responses" => (
+            output["response"]["usage"]["total_tokens"].clone(),
+            "chat_tokens",
+        ),
         _ => (json!(0), "units"),
     }
 }

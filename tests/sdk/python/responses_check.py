@@ -10,6 +10,7 @@ involved, and the exit status is non-zero when any failed. See
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -150,6 +151,31 @@ def stored(c):
         c.check("deleted", True)
 
 
+def background(c):
+    r = client.responses.create(model=MODEL, input="Run me later", background=True, metadata={"k": "v"})
+    c.equal("queued at creation", (r.status, r.background, r.output), ("queued", True, []))
+    polls = 0
+    # A client polls; the worker answers within a few of them.
+    while r.status in ("queued", "in_progress") and polls < 600:
+        time.sleep(0.05)
+        polls += 1
+        r = client.responses.retrieve(r.id)
+    c.equal("completed by a worker", r.status, "completed", polls=polls)
+    c.equal("its answer", r.output_text, "Run me later")
+    c.equal("metadata kept", r.metadata, {"k": "v"})
+    check_usage(c, "background", r.usage)
+    items = client.responses.input_items.list(r.id)
+    c.equal("input_items of a background response", [i.content[0].text for i in items.data], ["Run me later"])
+    nxt = client.responses.create(model=MODEL, input="and after", previous_response_id=r.id)
+    c.equal("continued in place", nxt.output_text, "and after")
+    client.responses.delete(r.id)
+    try:
+        client.responses.retrieve(r.id)
+        c.check("a deleted background response is gone", False)
+    except openai.NotFoundError:
+        c.check("a deleted background response is gone", True)
+
+
 def errors(c):
     try:
         client.responses.create(model=MODEL, input="x", tools=[{"type": "file_search", "vector_store_ids": ["vs_1"]}])
@@ -167,7 +193,8 @@ def errors(c):
 def main():
     c = Checks("openai-python " + openai.__version__ + " responses")
     for name, flow in [("create_plain", create_plain), ("stream", stream), ("tools", tools), ("parse", parse),
-                       ("chaining", chaining), ("stored", stored), ("errors", errors)]:
+                       ("chaining", chaining), ("stored", stored), ("background", background),
+                       ("errors", errors)]:
         c.run(name, flow)
     c.finish()
 

@@ -265,7 +265,14 @@ async fn another_organizations_response_is_not_found_and_unsupported_fields_are_
             json!({"input": "x", "tools": [{"type": "computer_use_preview"}]}),
             "tools[0].type",
         ),
-        (json!({"input": "x", "background": true}), "background"),
+        (
+            json!({"input": "x", "background": true, "stream": true}),
+            "stream",
+        ),
+        (
+            json!({"input": "x", "background": true, "store": false}),
+            "store",
+        ),
         (
             json!({"input": "x", "conversation": "conv_1"}),
             "conversation",
@@ -460,7 +467,8 @@ async fn an_upstream_stream_is_relayed_as_responses_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_python_sdk_speaks_the_responses_api() {
-    let app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    // With a worker: `background` responses run as jobs.
+    let app = TestApp::spawn().await;
     let command = client_command(
         &app,
         &root().join(".venv/bin/python"),
@@ -475,6 +483,7 @@ async fn the_openai_python_sdk_speaks_the_responses_api() {
         "parse",
         "chaining",
         "stored",
+        "background",
         "errors",
     ] {
         assert!(
@@ -783,4 +792,248 @@ async fn an_expired_stored_response_is_not_found_and_deleted_by_the_scheduler() 
     )
     .await;
     assert_eq!(status, 200);
+}
+
+/// Long-polls a background response until it leaves `queued` and
+/// `in_progress` (its job's long poll, as a client of `GET /jobs` would).
+async fn answered(app: &TestApp, id: &str) -> Value {
+    let job = id.strip_prefix("resp_").unwrap();
+    app.wait_for_job(job, std::time::Duration::from_secs(60))
+        .await;
+    let (status, response) =
+        json_of(app.get(&format!("/api/v1/responses/{id}"), &app.key).await).await;
+    assert_eq!(status, 200, "{response}");
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_response_runs_as_a_job_and_is_metered_as_the_same_request_in_place() {
+    let app = TestApp::spawn().await;
+    let body = json!({"model": "local/echo", "input": "Later, please.", "background": true,
+                      "metadata": {"k": "v"}, "max_output_tokens": 50});
+    let (status, queued) = json_of(app.post_json("/api/v1/responses", &app.key, &body).await).await;
+    assert_eq!(status, 200, "{queued}");
+    let id = queued["id"].as_str().unwrap().to_owned();
+    assert!(
+        matches!(queued["status"].as_str(), Some("queued")),
+        "{queued}"
+    );
+    assert_eq!(queued["background"], true);
+    assert_eq!(queued["metadata"], json!({"k": "v"}));
+    assert_eq!(queued["output"], json!([]));
+    // A job of the `responses` tool: its id is the response's.
+    let job_id = id.strip_prefix("resp_").unwrap();
+    let (status, jobs) = json_of(app.get("/api/v1/jobs?tool=responses", &app.key).await).await;
+    assert_eq!(status, 200, "{jobs}");
+    let listed: Vec<String> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| job["id"].as_str().unwrap().replace('-', ""))
+        .collect();
+    assert_eq!(listed, vec![job_id.to_owned()], "{jobs}");
+
+    let response = answered(&app, &id).await;
+    assert_eq!(response["status"], "completed", "{response}");
+    assert_eq!(response["id"], id);
+    assert_eq!(response["background"], true);
+    assert_eq!(
+        response["output"][0]["content"][0]["text"],
+        "Later, please."
+    );
+    let usage = &response["usage"];
+    let (input, output) = (
+        usage["input_tokens"].as_i64().unwrap(),
+        usage["output_tokens"].as_i64().unwrap(),
+    );
+    assert!(input > 0 && output > 0, "{usage}");
+    let credits = usage["credits_used"].as_i64().unwrap();
+    assert!(credits > 0, "the job's charge is reported: {usage}");
+    let (status, items) = json_of(
+        app.get(&format!("/api/v1/responses/{id}/input_items"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{items}");
+    assert_eq!(items["data"][0]["content"][0]["text"], "Later, please.");
+
+    // The same request answered in place costs the same, and both are
+    // recorded under the Responses endpoint with their tokens.
+    let mut in_place = body.clone();
+    in_place["background"] = json!(false);
+    let (status, sync) = json_of(
+        app.post_json("/api/v1/responses", &app.key, &in_place)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{sync}");
+    assert_eq!(sync["usage"]["credits_used"].as_i64(), Some(credits));
+    assert_eq!(
+        scalar(
+            &app,
+            &format!(
+                "SELECT count(*) FROM usage_records WHERE endpoint = '/v1/responses' AND status = 'success' \
+                 AND prompt_tokens = {input} AND completion_tokens = {output} AND credits = {credits}"
+            ),
+        )
+        .await,
+        2
+    );
+    assert_eq!(
+        scalar(
+            &app,
+            &format!("SELECT count(*) FROM reservations WHERE id = '{job_id}'")
+        )
+        .await,
+        0,
+        "the job's hold is settled"
+    );
+
+    // It continues like any stored response.
+    let (status, next) = json_of(
+        app.post_json(
+            "/api/v1/responses",
+            &app.key,
+            &json!({"model": "local/echo", "input": "And then?", "previous_response_id": id, "background": true}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{next}");
+    let next = answered(&app, next["id"].as_str().unwrap()).await;
+    assert_eq!(next["status"], "completed", "{next}");
+    assert_eq!(next["previous_response_id"], id);
+
+    // Another organization sees none of it.
+    let other = app.create_org("Other", "business").await;
+    let other_key = app.create_key(other, &["all"], None).await;
+    for path in [
+        format!("/api/v1/responses/{id}"),
+        format!("/api/v1/responses/{id}/input_items"),
+        format!("/api/v1/jobs/{job_id}"),
+    ] {
+        let (status, _) = json_of(app.get(&path, &other_key).await).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let (status, _) = json_of(
+        app.post_json(
+            &format!("/api/v1/responses/{id}/cancel"),
+            &other_key,
+            &json!({}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 404);
+    // A finished one cannot be cancelled.
+    let (status, error) = json_of(
+        app.post_json(
+            &format!("/api/v1/responses/{id}/cancel"),
+            &app.key,
+            &json!({}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already completed"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_background_response_never_runs_and_costs_nothing() {
+    // No worker at first: the jobs wait in their queue.
+    let mut app = TestApp::spawn_with(TestOptions::default().without_worker()).await;
+    let create = |input: &str| json!({"model": "local/echo", "input": input, "background": true});
+    let (_, cancelled) = json_of(
+        app.post_json("/api/v1/responses", &app.key, &create("never"))
+            .await,
+    )
+    .await;
+    let (_, kept) = json_of(
+        app.post_json("/api/v1/responses", &app.key, &create("kept"))
+            .await,
+    )
+    .await;
+    let id = cancelled["id"].as_str().unwrap().to_owned();
+    let kept_id = kept["id"].as_str().unwrap().to_owned();
+    let holds = format!(
+        "SELECT count(*) FROM reservations WHERE id IN ('{}', '{}')",
+        id.strip_prefix("resp_").unwrap(),
+        kept_id.strip_prefix("resp_").unwrap()
+    );
+    assert_eq!(
+        scalar(&app, &holds).await,
+        2,
+        "each holds its chat estimate"
+    );
+    let (status, polled) =
+        json_of(app.get(&format!("/api/v1/responses/{id}"), &app.key).await).await;
+    assert_eq!((status, polled["status"].as_str()), (200, Some("queued")));
+    let (status, items) = json_of(
+        app.get(&format!("/api/v1/responses/{id}/input_items"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{items}");
+    assert_eq!(items["data"][0]["content"][0]["text"], "never");
+    let (status, error) = json_of(
+        app.delete(&format!("/api/v1/responses/{id}"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 400, "nothing to delete yet: {error}");
+
+    let (status, response) = json_of(
+        app.post_json(
+            &format!("/api/v1/responses/{id}/cancel"),
+            &app.key,
+            &json!({}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(response["status"], "cancelled");
+    assert_eq!(response["output"], json!([]));
+    // Cancelling again answers the same.
+    let (status, again) = json_of(
+        app.post_json(
+            &format!("/api/v1/responses/{id}/cancel"),
+            &app.key,
+            &json!({}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!((status, again["status"].as_str()), (200, Some("cancelled")));
+    let job = app.job(id.strip_prefix("resp_").unwrap()).await;
+    assert_eq!(job["status"], "cancelled", "{job}");
+    assert_eq!(
+        scalar(&app, &holds).await,
+        1,
+        "the cancelled response's hold went back"
+    );
+
+    // A worker now runs the other one; the cancelled one stays so.
+    app.spawn_worker(|_| {});
+    let kept = answered(&app, &kept_id).await;
+    assert_eq!(kept["status"], "completed", "{kept}");
+    let (_, polled) = json_of(app.get(&format!("/api/v1/responses/{id}"), &app.key).await).await;
+    assert_eq!(polled["status"], "cancelled");
+    assert_eq!(
+        scalar(
+            &app,
+            "SELECT count(*) FROM usage_records WHERE endpoint = '/v1/responses' AND status = 'success'"
+        )
+        .await,
+        1,
+        "only the response that ran is charged"
+    );
+    assert_eq!(scalar(&app, &holds).await, 0);
 }

@@ -191,7 +191,8 @@ async fn shape_of(context: &WorkerContext, tool: Tool, job: &Job) -> Result<Valu
             let p: SpeechParams = params_of(job)?;
             json!([p.response_format, p.character_count(), p.voice, p.speed])
         }
-        Tool::Stt => Value::Null,
+        // Responses never reach a fixture (the registry runs them).
+        Tool::Stt | Tool::Responses => Value::Null,
     })
 }
 

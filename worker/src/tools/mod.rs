@@ -5,6 +5,7 @@ pub mod edit;
 pub mod fixture;
 pub mod image;
 pub mod music;
+pub mod responses;
 pub mod speech;
 pub mod transcription;
 pub mod video;

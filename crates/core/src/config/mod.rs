@@ -425,7 +425,8 @@ pub struct NotifySettings {
 #[derive(Debug, Clone, Deserialize)]
 pub struct WorkerSettings {
     /// Tools whose queues the worker consumes (`image`, `image_edit`, `video`,
-    /// `music`, `tts`, `stt`, and `knowledge`); `--tools` overrides it.
+    /// `music`, `tts`, `stt`, `responses` (background Responses API
+    /// requests), and `knowledge` and `batch`); `--tools` overrides it.
     pub tools: Vec<String>,
     /// When not 0, every per-tool budget (remote and local) unless
     /// `per_tool` sets it, and the knowledge and batch queues' concurrency
@@ -763,7 +764,7 @@ impl Settings {
         for tool in self.worker.per_tool.keys() {
             if tool.parse::<crate::domain::Tool>().is_err() {
                 return bad(format!(
-                    "worker.per_tool.{tool}: no such tool (image, image_edit, video, music, tts, stt)"
+                    "worker.per_tool.{tool}: no such tool (image, image_edit, video, music, tts, stt, responses)"
                 ));
             }
         }

@@ -55,6 +55,7 @@ macro_rules! string_enum {
 
 string_enum! {
     /// A generation tool: each has its own queue and worker pool.
+    /// `responses`: background Responses API requests (`background: true`).
     Tool {
         Image => "image",
         ImageEdit => "image_edit",
@@ -62,6 +63,7 @@ string_enum! {
         Music => "music",
         Tts => "tts",
         Stt => "stt",
+        Responses => "responses",
     }
 }
 
@@ -218,6 +220,7 @@ impl Bucket {
             Tool::Music => Bucket::MusicTracks,
             Tool::Tts => Bucket::TtsChars,
             Tool::Stt => Bucket::SttSeconds,
+            Tool::Responses => Bucket::ChatTokens,
         }
     }
 

@@ -59,6 +59,26 @@ pub async fn insert(conn: &mut AsyncPgConnection, new: &NewResponse) -> Result<(
     Ok(())
 }
 
+/// Stores `new`, replacing the answer of a row with its id: a batch line or
+/// a background response run again after its worker died answers again.
+pub async fn replace(conn: &mut AsyncPgConnection, new: &NewResponse) -> Result<(), DbError> {
+    use diesel::upsert::excluded;
+    diesel::insert_into(responses::table)
+        .values(new)
+        .on_conflict(responses::id)
+        .do_update()
+        .set((
+            responses::model.eq(excluded(responses::model)),
+            responses::status.eq(excluded(responses::status)),
+            responses::body.eq(excluded(responses::body)),
+            responses::input_items.eq(excluded(responses::input_items)),
+            responses::conversation.eq(excluded(responses::conversation)),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// The organization's response `id`, if any (an expired one is none).
 pub async fn find(
     conn: &mut AsyncPgConnection,

@@ -12,6 +12,8 @@
 //! - [`stream`]: a chat chunk stream as the typed Responses events, in
 //!   order, with `sequence_number`.
 //! - [`list`]: a page of a response's input items.
+//! - [`background`]: `background: true` responses as jobs: ids, statuses
+//!   and the object polled before the answer exists.
 //! - [`native`]: a request passed through to an upstream that speaks the
 //!   Responses API natively: the fields the service reads, the input items
 //!   it stores, what the hold counts.
@@ -19,6 +21,7 @@
 //! Nothing here reads a clock or draws a random number: ids are minted
 //! from a base the caller gives ([`Ids`]), times are passed in.
 
+pub mod background;
 mod ids;
 mod invalid;
 pub mod items;
