@@ -25,6 +25,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::effects::{Effects, EffectsInner};
 use crate::error::ApiError;
+use crate::keyed_body::{self, BodyPrint};
 use crate::known_paths::KnownPaths;
 use crate::state::AppState;
 
@@ -97,46 +98,15 @@ pub fn fingerprint(
     content_type: Option<&str>,
     body: &[u8],
 ) -> [u8; 32] {
-    let mut hash = Sha256::new();
-    for part in [
-        api_key_id.as_bytes().as_slice(),
-        method.as_str().as_bytes(),
-        path.as_bytes(),
-        query.as_bytes(),
-    ] {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part);
-    }
-    let media = content_type
+    let mut print = BodyPrint::new(api_key_id, method, path, query, content_type);
+    let json = content_type
         .and_then(|ct| ct.parse::<actix_web::mime::Mime>().ok())
-        .map(|m| m.essence_str().to_ascii_lowercase());
-    let essence = media.as_deref().unwrap_or("");
-    hash.update((essence.len() as u64).to_le_bytes());
-    hash.update(essence.as_bytes());
-    let boundary = content_type
-        .and_then(|ct| ct.parse::<actix_web::mime::Mime>().ok())
-        .and_then(|m| {
-            m.get_param(actix_web::mime::BOUNDARY)
-                .map(|b| b.as_str().to_owned())
-        });
-    if essence == "application/json"
-        && let Some(digest) = canonical_json_digest(body)
-    {
-        hash.update(b"\0json\0");
-        hash.update(digest);
-    } else if let Some(boundary) = boundary.filter(|b| !b.is_empty()) {
-        let mut rest = body;
-        let finder = memchr::memmem::Finder::new(boundary.as_bytes());
-        while let Some(at) = finder.find(rest) {
-            hash.update(&rest[..at]);
-            hash.update(b"\0boundary\0");
-            rest = &rest[at + boundary.len()..];
-        }
-        hash.update(rest);
-    } else {
-        hash.update(body);
+        .is_some_and(|m| m.essence_str().eq_ignore_ascii_case("application/json"));
+    if json && let Some(digest) = canonical_json_digest(body) {
+        return print.finish_with_digest(digest);
     }
-    hash.finalize().into()
+    print.update(body);
+    print.finish()
 }
 
 /// A digest of a JSON text by content: key order and spacing aside. It
@@ -288,7 +258,7 @@ async fn keyed(
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     // A path no route takes (a 404 or 405) is answered without a byte of
     // its body read.
-    let Some((scopes, limit)) = route_of(&req) else {
+    let Some((scopes, limit, spooled)) = route_of(&req) else {
         return Ok(next.call(req).await?.map_into_boxed_body());
     };
     // Authenticated once: the handler's extractor reuses this caller. A
@@ -305,21 +275,39 @@ async fn keyed(
         return Ok(req.error_response(err));
     }
     req.extensions_mut().insert(caller.clone());
-    let body = match read_body(&mut req, limit).await {
-        Ok(body) => body,
-        Err(err) => return Ok(req.error_response(err)),
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let print = if spooled {
+        let mut print = BodyPrint::new(
+            caller.key_id,
+            req.method(),
+            req.path(),
+            req.query_string(),
+            content_type.as_deref(),
+        );
+        if let Err(err) = keyed_body::spool(&mut req, limit, &mut print).await {
+            return Ok(req.error_response(err));
+        }
+        print.finish()
+    } else {
+        let body = match read_body(&mut req, limit).await {
+            Ok(body) => body,
+            Err(err) => return Ok(req.error_response(err)),
+        };
+        let print = fingerprint(
+            caller.key_id,
+            req.method(),
+            req.path(),
+            req.query_string(),
+            content_type.as_deref(),
+            &body,
+        );
+        req.set_payload(Payload::from(body));
+        print
     };
-    let print = fingerprint(
-        caller.key_id,
-        req.method(),
-        req.path(),
-        req.query_string(),
-        req.headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok()),
-        &body,
-    );
-    req.set_payload(Payload::from(body));
     let Some(state) = req.app_data::<web::Data<AppState>>().cloned() else {
         return Ok(req.error_response(ApiError::internal(anyhow::anyhow!("state missing"))));
     };
@@ -353,9 +341,11 @@ async fn keyed(
     pending.settle(response).await
 }
 
-/// The scopes a keyed `POST` needs (any one of them) and the most its route
-/// reads of a body, or `None` when no route takes it.
-fn route_of(req: &ServiceRequest) -> Option<(Vec<unigen_core::domain::Scope>, usize)> {
+/// The scopes a keyed `POST` needs (any one of them), the most its route
+/// reads of a body, and whether the body is spooled to a file rather than
+/// held (an upload the route streams to storage), or `None` when no route
+/// takes it.
+fn route_of(req: &ServiceRequest) -> Option<(Vec<unigen_core::domain::Scope>, usize, bool)> {
     let known = req.app_data::<web::Data<KnownPaths>>()?;
     let state = req.app_data::<web::Data<AppState>>()?;
     let route = known.post(req.path())?;
@@ -363,14 +353,15 @@ fn route_of(req: &ServiceRequest) -> Option<(Vec<unigen_core::domain::Scope>, us
         // The largest any plan allows; the route checks the plan's own.
         crate::routes::KNOWLEDGE_BODY_CEILING
     } else if route.template == crate::routes::FILES_UPLOAD_TEMPLATE {
-        // An upload is streamed to storage, not read here, unless it
-        // carries an Idempotency-Key: then at most the file limit is kept.
+        // Keyed, an upload is spooled to a file (fingerprinted on the way),
+        // never held: at most the file limit.
         usize::try_from(state.limits.max_file_bytes + crate::routes::FILES_MULTIPART_OVERHEAD)
             .unwrap_or(usize::MAX)
     } else {
         state.limits.max_body
     };
-    Some((route.scopes.to_vec(), limit))
+    let spooled = route.template == crate::routes::FILES_UPLOAD_TEMPLATE;
+    Some((route.scopes.to_vec(), limit, spooled))
 }
 
 /// The whole body, to fingerprint and hand on, at most `limit` bytes (the
@@ -378,14 +369,7 @@ fn route_of(req: &ServiceRequest) -> Option<(Vec<unigen_core::domain::Scope>, us
 /// buffer is sized once from it.
 async fn read_body(req: &mut ServiceRequest, limit: usize) -> Result<Bytes, ApiError> {
     use futures_util::StreamExt;
-    let declared = req
-        .headers()
-        .get(actix_web::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
-        return Err(ApiError::PayloadTooLarge(limit));
-    }
+    let declared = keyed_body::declared_length(req, limit)?;
     let mut payload = req.take_payload();
     let mut body = web::BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
     while let Some(chunk) = payload.next().await {

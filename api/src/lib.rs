@@ -11,6 +11,7 @@ mod http_metrics;
 mod idempotency;
 mod job_reads;
 mod key_cache;
+mod keyed_body;
 mod known_paths;
 mod metering;
 mod metrics;

@@ -173,3 +173,65 @@ async fn a_keyed_post_is_checked_for_its_route_scope_and_size_before_its_body_is
     assert_eq!(status, 413, "{error}");
     assert!(growth < size / 2, "grew by {} MiB", growth / MIB);
 }
+
+async fn upload_keyed(app: &TestApp, idempotency_key: &str, bytes: Vec<u8>) -> reqwest::Response {
+    let form = reqwest::multipart::Form::new()
+        .text("purpose", "user_data")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(bytes).file_name("notes.txt"),
+        );
+    app.client
+        .post(app.url("/api/v1/files"))
+        .bearer_auth(&app.key)
+        .header("Idempotency-Key", idempotency_key)
+        .timeout(Duration::from_secs(120))
+        .multipart(form)
+        .send()
+        .await
+        .expect("upload sent")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_upload_is_spooled_to_a_file_not_held_to_be_fingerprinted() {
+    let app =
+        TestApp::spawn_with(TestOptions::default().without_worker().without_scheduler()).await;
+    const MIB: usize = 1024 * 1024;
+    let size = 48 * MIB;
+    // Held whole, the idempotency layer alone would grow the heap by the
+    // upload's size.
+    let (growth, response) = peak_growth(upload_keyed(&app, "upload-1", vec![b'x'; size])).await;
+    let (status, file) = json_of(response).await;
+    assert_eq!(status, 200, "{file}");
+    assert_eq!(file["bytes"], size as u64, "{file}");
+    assert!(
+        growth < size / 4,
+        "a keyed {size}-byte upload grew the heap by {growth} bytes"
+    );
+    // Still a keyed request: the same upload again is the same file, and
+    // another under the same key is refused.
+    let again = upload_keyed(&app, "upload-1", vec![b'x'; size]).await;
+    assert_eq!(
+        again
+            .headers()
+            .get("idempotent-replayed")
+            .and_then(|v| v.to_str().ok()),
+        Some("true")
+    );
+    let (status, replayed) = json_of(again).await;
+    assert_eq!((status, &replayed["id"]), (200, &file["id"]));
+    let (status, error) = json_of(upload_keyed(&app, "upload-1", vec![b'y'; MIB]).await).await;
+    assert_eq!(status, 422, "{error}");
+    let content = app
+        .get(
+            &format!("/api/v1/files/{}/content", file["id"].as_str().unwrap()),
+            &app.key,
+        )
+        .await;
+    assert_eq!(content.status(), 200);
+    let stored = content.bytes().await.unwrap();
+    assert!(
+        stored.len() == size && stored.iter().all(|&b| b == b'x'),
+        "the spooled upload is stored intact"
+    );
+}
