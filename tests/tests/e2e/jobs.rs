@@ -54,7 +54,7 @@ async fn job_list_is_newest_first_and_filters_by_tool_pending_and_limit() {
         ),
         (
             "tool=poetry",
-            "tool: `poetry` is not one of: image, image_edit, video, music, tts, stt",
+            "tool: `poetry` is not one of: image, image_edit, video, music, tts, stt, responses",
         ),
         (
             "pending=perhaps",
