@@ -87,7 +87,7 @@ impl TestDatabase {
                 admin
                     .batch_execute(&format!("CREATE DATABASE {building}"))
                     .await?;
-                unigen_db::run_migrations(&url_for(&admin_url, &building)).await?;
+                migrate(url_for(&admin_url, &building)).await?;
                 admin
                     .batch_execute(&format!("ALTER DATABASE {building} RENAME TO {template}"))
                     .await?;
@@ -222,4 +222,20 @@ impl Drop for TestDatabase {
         })
         .join();
     }
+}
+
+/// Runs the migrations on a runtime of their own: diesel's migration harness
+/// blocks in place, which a test on a current-thread runtime (the first to
+/// need the template) would otherwise panic at.
+async fn migrate(url: String) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let migrating = runtime.spawn(async move { unigen_db::run_migrations(&url).await });
+        runtime.block_on(migrating)??;
+        anyhow::Ok(())
+    })
+    .await?
 }
