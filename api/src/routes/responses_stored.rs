@@ -85,8 +85,11 @@ pub async fn delete_response(
         drop(conn);
         return Err(
             match responses_background::unanswered_status(&state, &caller, &path).await? {
-                Some(status) => ApiError::BadRequest(format!(
+                Some(status @ ("queued" | "in_progress")) => ApiError::BadRequest(format!(
                     "response {path} has no answer to delete yet (it is {status}); cancel it with POST /responses/{path}/cancel"
+                )),
+                Some(status) => ApiError::BadRequest(format!(
+                    "response {path} has no answer to delete: it is {status}"
                 )),
                 None => not_found(&path),
             },

@@ -1014,6 +1014,19 @@ async fn a_cancelled_background_response_never_runs_and_costs_nothing() {
     assert_eq!((status, again["status"].as_str()), (200, Some("cancelled")));
     let job = app.job(id.strip_prefix("resp_").unwrap()).await;
     assert_eq!(job["status"], "cancelled", "{job}");
+    let (status, error) = json_of(
+        app.delete(&format!("/api/v1/responses/{id}"), &app.key)
+            .await,
+    )
+    .await;
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("it is cancelled"),
+        "{error}"
+    );
     assert_eq!(
         scalar(&app, &holds).await,
         1,
