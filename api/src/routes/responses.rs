@@ -12,7 +12,7 @@ use unigen_core::domain::{ModelCategory, Scope};
 use unigen_db::queries::responses::NewResponse;
 use unigen_db::{DbError, queries};
 use unigen_protocols::responses::native::read_native;
-use unigen_protocols::responses::output::{self, Details, Head};
+use unigen_protocols::responses::output::{self, Head};
 use unigen_protocols::responses::{Ids, Invalid, ResponsesRequest, parse_request, responses_param};
 use unigen_providers::chat::ChatCompletionRequest;
 use unigen_providers::completion::{ChatError, ChatService, PreparedChat};
@@ -150,16 +150,14 @@ pub async fn create_response(
             .record(settled.credits, settled.account.clone());
     }
     let spent = output::usage(&usage(prompt, completion, settled.as_ref()));
-    let choice = answer.choices.first().cloned().unwrap_or(Value::Null);
-    let items = output::output_items(&choice["message"], &mut ids);
-    let (status, incomplete) =
-        output::status_of(choice["finish_reason"].as_str().unwrap_or("stop"));
-    let details = Details {
-        incomplete,
-        completed_at: Some(chrono::Utc::now().timestamp()),
-        ..Details::default()
-    };
-    let response = output::response_object(&head, &request.echo(), status, &items, spent, details);
+    let response = output::answered(
+        &head,
+        &request.echo(),
+        &answer.choices,
+        &mut ids,
+        spent,
+        chrono::Utc::now().timestamp(),
+    );
     conversation.store(&response).await?;
     Ok(HttpResponse::Ok().json(response))
 }

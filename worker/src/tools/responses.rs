@@ -17,7 +17,7 @@ use unigen_db::models::Job;
 use unigen_db::queries::responses::NewResponse;
 use unigen_db::{DbError, queries};
 use unigen_protocols::responses::background::{self, BackgroundJob};
-use unigen_protocols::responses::output::{self, Details, Head};
+use unigen_protocols::responses::output::{self, Head};
 use unigen_protocols::responses::{Ids, Invalid, parse_request};
 use unigen_providers::chat::ChatCompletionRequest;
 use unigen_providers::completion::{ChatError, PreparedChat};
@@ -62,19 +62,17 @@ pub async fn run(context: &WorkerContext, job: &Job) -> Result<ToolOutput, ToolE
         created_at: job.created_at.timestamp(),
         model: model.id.clone(),
     };
-    let choice = answer.choices.first().cloned().unwrap_or(Value::Null);
-    let items = output::output_items(&choice["message"], &mut ids);
-    let (status, incomplete) =
-        output::status_of(choice["finish_reason"].as_str().unwrap_or("stop"));
-    let details = Details {
-        incomplete,
-        completed_at: Some(Utc::now().timestamp()),
-        ..Details::default()
-    };
     // The credits are known once the finisher charges them: `GET` reads
     // them from the job.
     let spent = output::usage(&chat_usage(prompt, completion, None));
-    let response = output::response_object(&head, &request.echo(), status, &items, spent, details);
+    let response = output::answered(
+        &head,
+        &request.echo(),
+        &answer.choices,
+        &mut ids,
+        spent,
+        Utc::now().timestamp(),
+    );
     store(context, job, &request, conversation, input, &response).await?;
     Ok(ToolOutput {
         output: json!({ "response": response }),

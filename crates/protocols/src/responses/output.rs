@@ -102,6 +102,27 @@ pub struct Head {
     pub model: String,
 }
 
+/// The `response` object of a chat answer's first choice, completed at
+/// `completed_at` (its items, status and `incomplete_details`).
+pub fn answered(
+    head: &Head,
+    echo: &Map<String, Value>,
+    choices: &[Value],
+    ids: &mut Ids,
+    usage: Value,
+    completed_at: i64,
+) -> Value {
+    let choice = choices.first().cloned().unwrap_or(Value::Null);
+    let items = output_items(&choice["message"], ids);
+    let (status, incomplete) = status_of(choice["finish_reason"].as_str().unwrap_or("stop"));
+    let details = Details {
+        incomplete,
+        completed_at: Some(completed_at),
+        ..Details::default()
+    };
+    response_object(head, echo, status, &items, usage, details)
+}
+
 /// The `response` object.
 pub fn response_object(
     head: &Head,
